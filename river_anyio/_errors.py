@@ -1,0 +1,97 @@
+"""The river_anyio exception tree.
+
+Every error the library raises on purpose derives from :class:`RiverError`::
+
+    RiverError
+    ├── ConfigError (also ValueError)         bad client/driver configuration
+    ├── ValidationError (also ValueError)     bad input to an insert or another call
+    ├── NotFoundError                         the row asked for does not exist
+    ├── MigrationError                        a migration cannot run or the schema is not current
+    └── DatabaseError                         the database failed; translated driver errors
+        ├── ConnectionLostError               the connection dropped or could not be opened (transient)
+        ├── PoolTimeoutError                  no pooled connection became free in time (transient)
+        ├── DatabaseBusyError                 SQLite stayed locked past the busy timeout (transient)
+        ├── QueryCanceledError                a statement was cancelled (timeout or request)
+        └── IntegrityError                    a constraint rejected a write
+            └── UniqueViolationError
+
+Driver exceptions (psycopg, apsw) never escape the driver layer: they are translated at the
+boundary and kept as ``__cause__``. ``DatabaseError.transient`` tells background services
+whether retrying with back-off is likely to help.
+"""
+
+from __future__ import annotations
+
+
+class RiverError(Exception):
+    """Root of every error raised by river_anyio."""
+
+
+class ConfigError(RiverError, ValueError):
+    """A configuration value is invalid; ``field`` names it and ``rule`` says what is required."""
+
+    def __init__(self, field: str, rule: str, value: object = None) -> None:
+        self.field = field
+        self.rule = rule
+        self.value = value
+        super().__init__(f"{field}: {rule}")
+
+
+class ValidationError(RiverError, ValueError):
+    """An argument to a call is invalid; raised before anything is written."""
+
+    def __init__(self, field: str, rule: str, value: object = None) -> None:
+        self.field = field
+        self.rule = rule
+        self.value = value
+        super().__init__(f"{field}: {rule}")
+
+
+class NotFoundError(RiverError):
+    """The job, queue or other row asked for does not exist."""
+
+
+class MigrationError(RiverError):
+    """A migration could not be applied, or the requested change is not possible."""
+
+
+class DatabaseError(RiverError):
+    """The database reported an error. ``sqlstate`` is set for PostgreSQL errors."""
+
+    transient: bool = False
+
+    def __init__(self, message: str, *, sqlstate: str | None = None) -> None:
+        self.sqlstate = sqlstate
+        super().__init__(message)
+
+
+class ConnectionLostError(DatabaseError):
+    """The connection could not be opened or was lost mid-operation."""
+
+    transient = True
+
+
+class PoolTimeoutError(DatabaseError):
+    """No pooled connection became available within the acquire timeout."""
+
+    transient = True
+
+
+class DatabaseBusyError(DatabaseError):
+    """SQLite's database stayed locked by another writer past the busy timeout."""
+
+    transient = True
+
+
+class QueryCanceledError(DatabaseError):
+    """A statement was cancelled, by a statement timeout or a cancel request."""
+
+    transient = True
+
+
+class IntegrityError(DatabaseError):
+    """A constraint (CHECK, NOT NULL, foreign key, unique) rejected a write."""
+
+
+class UniqueViolationError(IntegrityError):
+    """A unique index rejected a write (SQLSTATE 23505 on PostgreSQL)."""

@@ -1,0 +1,137 @@
+"""Timestamp text formats shared with River Go.
+
+River writes RFC 3339 strings inside JSON (``errors[].at``, ``cancel_attempted_at``) and, on
+SQLite, stores timestamps as text in several formats depending on which code path wrote them.
+Everything here returns aware datetimes; Python keeps microseconds, so Go's nanoseconds are
+truncated when read.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+
+__all__ = [
+    "format_rfc3339",
+    "format_rfc3339nano",
+    "format_sqlite_timestamp",
+    "parse_rfc3339",
+    "parse_sqlite_timestamp",
+    "utc_now",
+]
+
+UTC = dt.UTC
+
+# One pattern covers RFC 3339 and every text format River's SQLite rows can hold:
+#   2006-01-02 15:04:05           (CURRENT_TIMESTAMP)
+#   2006-01-02 15:04:05.123       (datetime('now','subsec'), River's timeString)
+#   2006-01-02T15:04:05.123456789Z / +02:00   (RFC 3339, JSON)
+#   2006-01-02 15:04:05.999999999 -0700 MST m=+1.234   (Go's Time.String())
+_TS_RE = re.compile(
+    r"""
+    \A\s*
+    (?P<y>\d{4})-(?P<mo>\d{2})-(?P<d>\d{2})
+    [T\x20t]
+    (?P<h>\d{2}):(?P<mi>\d{2})(?::(?P<s>\d{2}))?
+    (?:[.,](?P<frac>\d{1,9}))?
+    \s*
+    (?P<tz>[Zz]|[+-]\d{2}(?::?\d{2})?)?
+    (?:\s+(?P<abbr>[A-Za-z][A-Za-z0-9_+\-]*|[+-]\d{2,4}))?
+    (?:\s+m=[+-]\d+(?:\.\d+)?)?
+    \s*\Z
+    """,
+    re.VERBOSE,
+)
+
+
+def _offset(tz: str | None) -> dt.tzinfo:
+    if tz is None or tz in ("Z", "z"):
+        return UTC
+    sign = -1 if tz[0] == "-" else 1
+    digits = tz[1:].replace(":", "")
+    hours = int(digits[:2])
+    minutes = int(digits[2:4]) if len(digits) > 2 else 0
+    if hours > 23 or minutes > 59:
+        raise ValueError(f"invalid UTC offset {tz!r}")
+    if hours == 0 and minutes == 0:
+        return UTC
+    return dt.timezone(sign * dt.timedelta(hours=hours, minutes=minutes))
+
+
+def _parse(text: str, *, require_offset: bool) -> dt.datetime:
+    m = _TS_RE.match(text)
+    if m is None or (require_offset and m["tz"] is None):
+        raise ValueError(f"not a timestamp River writes: {text!r}")
+    frac = (m["frac"] or "").ljust(6, "0")[:6]
+    return dt.datetime(
+        int(m["y"]),
+        int(m["mo"]),
+        int(m["d"]),
+        int(m["h"]),
+        int(m["mi"]),
+        int(m["s"] or 0),
+        int(frac),
+        tzinfo=_offset(m["tz"]),
+    )
+
+
+def parse_rfc3339(text: str) -> dt.datetime:
+    """Parse an RFC 3339 timestamp (up to 9 fractional digits), keeping its offset."""
+    return _parse(text, require_offset=True)
+
+
+def parse_sqlite_timestamp(text: str) -> dt.datetime:
+    """Parse any timestamp text River's SQLite rows can hold; the result is aware, in UTC.
+
+    Text without an offset is UTC (that is what every River writer stores).
+    """
+    return _parse(text, require_offset=False).astimezone(UTC)
+
+
+def _require_aware(value: dt.datetime) -> None:
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise ValueError(f"naive datetime {value!r}: river_anyio only handles aware datetimes")
+
+
+def _offset_suffix(value: dt.datetime) -> str:
+    off = value.utcoffset()
+    assert off is not None
+    if not off:
+        return "Z"
+    total = int(off.total_seconds())
+    sign = "-" if total < 0 else "+"
+    total = abs(total)
+    return f"{sign}{total // 3600:02d}:{total % 3600 // 60:02d}"
+
+
+def format_rfc3339(value: dt.datetime) -> str:
+    """Go's ``time.RFC3339``: seconds precision, ``Z`` or ``±hh:mm`` in the value's own offset."""
+    _require_aware(value)
+    return value.strftime("%Y-%m-%dT%H:%M:%S") + _offset_suffix(value)
+
+
+def format_rfc3339nano(value: dt.datetime) -> str:
+    """Go's ``time.RFC3339Nano`` (also its JSON form): fraction with trailing zeros trimmed."""
+    _require_aware(value)
+    frac = f"{value.microsecond:06d}".rstrip("0")
+    return (
+        value.strftime("%Y-%m-%dT%H:%M:%S")
+        + (f".{frac}" if frac else "")
+        + _offset_suffix(value)
+    )
+
+
+def format_sqlite_timestamp(value: dt.datetime) -> str:
+    """UTC ``YYYY-MM-DD HH:MM:SS.ffffff``: sorts correctly against River's own text values.
+
+    Comparisons on River's SQLite columns are textual, so we always write UTC with the same
+    ``YYYY-MM-DD HH:MM:SS`` prefix River uses. Microseconds are kept; River's shorter fractions
+    compare correctly against them.
+    """
+    _require_aware(value)
+    u = value.astimezone(UTC)
+    return u.strftime("%Y-%m-%d %H:%M:%S.") + f"{u.microsecond:06d}"
+
+
+def utc_now() -> dt.datetime:
+    return dt.datetime.now(UTC)

@@ -1,0 +1,178 @@
+"""The driver contract: what the client and the migrator need from a database.
+
+These Protocols are public so applications can annotate with them, but they are **unstable for
+third-party implementers**: methods are added as the runtime grows.
+
+A driver hands out *executors*. An executor runs River's operations against one connection:
+either inside a transaction (``driver.transaction()``, or a caller's own connection through
+``driver.executor_for(conn)``) or, for ``driver.executor()``, each call in its own short
+unit of work. Every method translates driver exceptions into :mod:`river_anyio`'s tree.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import AsyncIterator, Sequence
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Literal, Protocol
+
+import attrs
+
+from .._job import JobRow, JobState
+
+Dialect = Literal["postgres", "sqlite"]
+
+#: Notification topics (River's channel names without the schema prefix).
+TOPIC_INSERT = "river_insert"
+TOPIC_CONTROL = "river_control"
+TOPIC_LEADERSHIP = "river_leadership"
+
+
+@attrs.frozen(kw_only=True)
+class JobInsertParams:
+    """One job ready to be written, every River default already resolved.
+
+    ``created_at``/``scheduled_at`` of ``None`` mean "the database's now".
+    ``metadata`` and ``encoded_args`` are encoded JSON objects.
+    """
+
+    encoded_args: bytes
+    kind: str
+    max_attempts: int
+    metadata: bytes
+    priority: int
+    queue: str
+    state: JobState
+    tags: tuple[str, ...]
+    scheduled_at: dt.datetime | None = None
+    created_at: dt.datetime | None = None
+    unique_key: bytes | None = None
+    unique_states: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class InsertedJob:
+    """A row returned by a fast insert, with River's duplicate flag."""
+
+    job: JobRow
+    unique_skipped_as_duplicate: bool
+
+
+@attrs.frozen(kw_only=True)
+class Notification:
+    """A received notification: its bare topic (no schema prefix) and JSON payload text."""
+
+    topic: str
+    payload: str
+
+
+class Executor(Protocol):
+    """River's operations on one connection (see the module docstring)."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    # --- jobs -------------------------------------------------------------------------------
+    async def job_insert_fast_many(self, params: Sequence[JobInsertParams]) -> list[InsertedJob]:
+        """Insert jobs in one statement; unique conflicts return the existing row, flagged.
+
+        Results are in input order.
+        """
+        ...
+
+    async def job_insert_fast_many_no_returning(self, params: Sequence[JobInsertParams]) -> int:
+        """Insert jobs without returning rows (the bulk path); returns the number inserted.
+
+        Rows that conflict on a unique key are skipped (SQLite) or fail the batch (PostgreSQL
+        COPY), as River does.
+        """
+        ...
+
+    async def job_get_by_id(self, job_id: int) -> JobRow | None: ...
+
+    async def job_list(
+        self,
+        *,
+        ids: Sequence[int] | None = None,
+        kinds: Sequence[str] | None = None,
+        queues: Sequence[str] | None = None,
+        states: Sequence[JobState] | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[JobRow]:
+        """Jobs matching every given filter, ordered by id ascending."""
+        ...
+
+    # --- notifications ----------------------------------------------------------------------
+    async def notify_many(self, topic: str, payloads: Sequence[str]) -> None:
+        """Send notifications on a River topic; delivered when the transaction commits.
+
+        PostgreSQL: ``pg_notify('<schema>.<topic>', payload)``, schema being the configured one
+        or ``current_schema()``. SQLite: rows in River's ``river_notification`` outbox.
+        """
+        ...
+
+    # --- generic access (migrator, tests, admin) -----------------------------------------------
+    async def exec_script(self, sql: str) -> None:
+        """Run a multi-statement SQL script (DDL), no parameters."""
+        ...
+
+    async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run one statement with backend-native placeholders (``%s`` / ``?``) and return rows."""
+        ...
+
+    async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
+        """Run one statement with backend-native placeholders; return the affected row count."""
+        ...
+
+    async def table_exists(self, table: str) -> bool:
+        """Whether ``table`` exists in the driver's schema (or the search path)."""
+        ...
+
+    async def column_exists(self, table: str, column: str) -> bool: ...
+
+
+class Listener(Protocol):
+    """Receives River notifications on one dedicated connection (PostgreSQL LISTEN) or by
+    following the outbox (SQLite)."""
+
+    async def listen(self, topic: str) -> None: ...
+
+    async def unlisten(self, topic: str) -> None: ...
+
+    def __aiter__(self) -> AsyncIterator[Notification]: ...
+
+
+class Driver(Protocol):
+    """A database River can run on: PostgreSQL (psycopg 3) or SQLite (apsw)."""
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    @property
+    def schema(self) -> str | None:
+        """The configured schema (PostgreSQL) or attached database name (SQLite), if any."""
+        ...
+
+    @property
+    def supports_listen_notify(self) -> bool: ...
+
+    def executor(self) -> Executor:
+        """An executor whose every call runs in its own unit of work."""
+        ...
+
+    def transaction(self) -> AbstractAsyncContextManager[Executor]:
+        """A transaction (``BEGIN IMMEDIATE`` on SQLite); commits on success, rolls back on error
+        or cancellation, with the rollback shielded and bounded."""
+        ...
+
+    def executor_for(self, conn: object) -> Executor:
+        """An executor on a caller's connection (or one of our executors, returned as is).
+
+        Raises ``TypeError`` for an object this driver cannot use.
+        """
+        ...
+
+    def listener(self) -> AbstractAsyncContextManager[Listener]: ...
+
+    async def aclose(self) -> None: ...

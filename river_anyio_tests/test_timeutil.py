@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+
+from river_anyio._timeutil import (
+    format_rfc3339,
+    format_rfc3339nano,
+    format_sqlite_timestamp,
+    parse_rfc3339,
+    parse_sqlite_timestamp,
+)
+
+UTC = dt.UTC
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-03-04 05:06:07", dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)),
+        ("2026-03-04 05:06:07.1", dt.datetime(2026, 3, 4, 5, 6, 7, 100000, tzinfo=UTC)),
+        ("2026-03-04 05:06:07.123", dt.datetime(2026, 3, 4, 5, 6, 7, 123000, tzinfo=UTC)),
+        ("2026-03-04 05:06:07.123456", dt.datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC)),
+        (
+            "2026-03-04 05:06:07.123456789 +0000 UTC",
+            dt.datetime(2026, 3, 4, 5, 6, 7, 123456, tzinfo=UTC),
+        ),
+        (
+            "2026-03-04 07:06:07.5 +0200 CEST m=+12.345678901",
+            dt.datetime(2026, 3, 4, 5, 6, 7, 500000, tzinfo=UTC),
+        ),
+        (
+            "2026-03-04 00:06:07 -0500 EST",
+            dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC),
+        ),
+        ("2026-03-04T05:06:07Z", dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)),
+        ("2026-03-04T06:06:07.25+01:00", dt.datetime(2026, 3, 4, 5, 6, 7, 250000, tzinfo=UTC)),
+        (
+            "2026-03-04 05:06:07.999999999 +0000 UTC m=-0.001",
+            dt.datetime(2026, 3, 4, 5, 6, 7, 999999, tzinfo=UTC),
+        ),
+    ],
+)
+def test_parse_sqlite_timestamp_formats(text: str, expected: dt.datetime) -> None:
+    got = parse_sqlite_timestamp(text)
+    assert got == expected
+    assert got.utcoffset() == dt.timedelta(0)
+
+
+@pytest.mark.parametrize("bad", ["", "yesterday", "2026-13-01 00:00:00", "2026-01-01", "12:00:00"])
+def test_parse_sqlite_timestamp_rejects(bad: str) -> None:
+    with pytest.raises(ValueError):  # noqa: PT011
+        parse_sqlite_timestamp(bad)
+
+
+def test_parse_rfc3339_keeps_offset_and_requires_one() -> None:
+    d = parse_rfc3339("2026-03-04T05:06:07.123456789-07:00")
+    assert d.utcoffset() == dt.timedelta(hours=-7)
+    assert d.microsecond == 123456
+    with pytest.raises(ValueError, match="not a timestamp"):
+        parse_rfc3339("2026-03-04 05:06:07")
+
+
+def test_format_rfc3339nano_trims_like_go() -> None:
+    assert format_rfc3339nano(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+    assert (
+        format_rfc3339nano(dt.datetime(2026, 1, 2, 3, 4, 5, 120000, tzinfo=UTC))
+        == "2026-01-02T03:04:05.12Z"
+    )
+    tz = dt.timezone(dt.timedelta(hours=5, minutes=30))
+    assert (
+        format_rfc3339nano(dt.datetime(2026, 1, 2, 3, 4, 5, 1, tzinfo=tz))
+        == "2026-01-02T03:04:05.000001+05:30"
+    )
+    assert format_rfc3339(dt.datetime(2026, 1, 2, 3, 4, 5, 999, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+
+
+def test_format_rejects_naive() -> None:
+    with pytest.raises(ValueError, match="naive"):
+        format_rfc3339nano(dt.datetime(2026, 1, 2))  # noqa: DTZ001
+
+
+def test_sqlite_format_sorts_with_rivers_text() -> None:
+    ours = format_sqlite_timestamp(dt.datetime(2026, 1, 2, 3, 4, 5, 123400, tzinfo=UTC))
+    assert ours == "2026-01-02 03:04:05.123400"
+    # River's own texts for slightly earlier/later instants compare correctly as text.
+    assert "2026-01-02 03:04:05.123" < ours < "2026-01-02 03:04:05.124"
+    assert "2026-01-02 03:04:05" < ours < "2026-01-02 03:04:06"
+    local = dt.datetime(2026, 1, 2, 4, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1)))
+    assert format_sqlite_timestamp(local) == "2026-01-02 03:04:05.000000"
+    assert parse_sqlite_timestamp(ours) == dt.datetime(2026, 1, 2, 3, 4, 5, 123400, tzinfo=UTC)
