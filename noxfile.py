@@ -1,0 +1,36 @@
+"""Developer sessions: ``nox`` runs lint, types and the full test suite; ``nox -s demo`` the demo."""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.sessions = ["lint", "types", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole suite, both event loops, PostgreSQL and SQLite (PostgreSQL is started here)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.8")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", ".")
+
+
+@nox.session
+def types(session: nox.Session) -> None:
+    session.install("-e", ".[all]", "mypy>=1.13")
+    session.run("mypy")
+
+
+@nox.session
+def demo(session: nox.Session) -> None:
+    """Insert and list jobs on an embedded SQLite database."""
+    session.install(".[sqlite,trio]")
+    session.run("python", "-m", "river_anyio", "demo", *session.posargs)

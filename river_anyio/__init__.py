@@ -1,0 +1,75 @@
+"""river_anyio: River's background-job system for Python, on trio or asyncio.
+
+River's schema, unique keys and notifications, shared with River's Go, Rust and JS clients,
+on PostgreSQL or an embedded SQLite file. Everything public is re-exported here; the modules
+behind it are private.
+"""
+
+from __future__ import annotations
+
+from ._client import Client as Client
+from ._client import ClientRun as ClientRun
+from ._client import open_client as open_client
+from ._errors import ConfigError as ConfigError
+from ._errors import ConnectionLostError as ConnectionLostError
+from ._errors import DatabaseBusyError as DatabaseBusyError
+from ._errors import DatabaseError as DatabaseError
+from ._errors import IntegrityError as IntegrityError
+from ._errors import MigrationError as MigrationError
+from ._errors import NotFoundError as NotFoundError
+from ._errors import PoolTimeoutError as PoolTimeoutError
+from ._errors import QueryCanceledError as QueryCanceledError
+from ._errors import RiverError as RiverError
+from ._errors import UniqueViolationError as UniqueViolationError
+from ._errors import ValidationError as ValidationError
+from ._insert import InsertManyParams as InsertManyParams
+from ._job import AttemptError as AttemptError
+from ._job import InsertOpts as InsertOpts
+from ._job import InsertResult as InsertResult
+from ._job import JobArgs as JobArgs
+from ._job import JobRow as JobRow
+from ._job import JobState as JobState
+from ._job import UniqueOpts as UniqueOpts
+from ._version import __version__ as __version__
+
+__all__ = (
+    "AttemptError",
+    "Client",
+    "ClientRun",
+    "ConfigError",
+    "ConnectionLostError",
+    "DatabaseBusyError",
+    "DatabaseError",
+    "InsertManyParams",
+    "InsertOpts",
+    "InsertResult",
+    "IntegrityError",
+    "JobArgs",
+    "JobRow",
+    "JobState",
+    "MigrationError",
+    "NotFoundError",
+    "PoolTimeoutError",
+    "QueryCanceledError",
+    "RiverError",
+    "UniqueOpts",
+    "UniqueViolationError",
+    "ValidationError",
+    "__version__",
+    "open_client",
+)
+
+
+def _fixup_module_metadata() -> None:
+    # Tracebacks and docs should say river_anyio.Client, not river_anyio._client.Client.
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith("river_anyio._"):
+            try:
+                obj.__module__ = __name__
+            except (AttributeError, TypeError):  # pragma: no cover - builtins/read-only
+                pass
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

@@ -1,0 +1,222 @@
+"""The client: inserting jobs, on a driver opened from a URL or brought by the caller.
+
+``open_client`` is the entry point::
+
+    async with river_anyio.open_client("sqlite:///jobs.db") as run:
+        await run.client.insert(SendEmail(to="a@example.com"))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import re
+import socket
+import time
+from collections.abc import AsyncIterator, Callable, Sequence
+from typing import Any
+
+import attrs
+
+from ._errors import ConfigError, ValidationError
+from ._insert import InsertManyParams, build_insert_params
+from ._job import MAX_ATTEMPTS_DEFAULT, InsertOpts, InsertResult, JobState
+from ._timeutil import utc_now
+from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams, open_driver
+
+__all__ = ["Client", "ClientRun", "default_client_id", "open_client"]
+
+_SCHEMA_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_ID_MAX = 100
+#: River's FetchCooldown default; insert notifications per queue are limited to one per cooldown.
+NOTIFY_COOLDOWN = 0.1
+
+
+def default_client_id(now: dt.datetime | None = None) -> str:
+    """River's default client ID: host name (``.`` → ``_``, ≤ 60 chars) and UTC start time."""
+    host = socket.gethostname().replace(".", "_")[:60] or "unknown_host"
+    now = now or utc_now()
+    return f"{host}_{now.astimezone(dt.UTC).strftime('%Y_%m_%dT%H_%M_%S_%f')}"
+
+
+class _NotifyLimiter:
+    """Per-queue limit of one insert notification per cooldown, as River's notify limiter."""
+
+    def __init__(self, cooldown: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self._cooldown = cooldown
+        self._clock = clock
+        self._last: dict[str, float] = {}
+
+    def should_trigger(self, queue: str) -> bool:
+        now = self._clock()
+        last = self._last.get(queue)
+        if last is not None and now - last < self._cooldown:
+            return False
+        self._last[queue] = now
+        return True
+
+
+def _validate_schema(schema: object) -> str | None:
+    if schema is None:
+        return None
+    if not isinstance(schema, str) or not _SCHEMA_RE.match(schema) or len(schema) > 46:
+        raise ConfigError(
+            "schema", "must match ^[a-zA-Z_][a-zA-Z0-9_]*$ and be at most 46 characters", schema
+        )
+    return schema
+
+
+def _validate_id(client_id: object) -> str:
+    if not isinstance(client_id, str) or not client_id:
+        raise ConfigError("id", "must be a non-empty str", client_id)
+    if len(client_id) > _ID_MAX:
+        raise ConfigError("id", f"ID cannot be longer than {_ID_MAX} characters", client_id)
+    return client_id
+
+
+def _validate_max_attempts(value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32767:
+        raise ConfigError("max_attempts", "must be an int between 1 and 32767", value)
+    return value
+
+
+class Client:
+    """Inserts jobs. Obtained from :func:`open_client` as ``run.client``."""
+
+    def __init__(self, driver: Driver, *, id: str, max_attempts: int) -> None:
+        self._driver = driver
+        self._id = id
+        self._max_attempts = max_attempts
+        self._limiter = _NotifyLimiter(NOTIFY_COOLDOWN)
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def driver(self) -> Driver:
+        return self._driver
+
+    def transaction(self) -> contextlib.AbstractAsyncContextManager[Executor]:
+        """A transaction on the client's database, for ``*_tx`` calls and your own queries."""
+        return self._driver.transaction()
+
+    # --- building ---------------------------------------------------------------------------
+
+    def _params(self, args: object, opts: InsertOpts | None, field: str = "args") -> JobInsertParams:
+        return build_insert_params(
+            args, opts, client_max_attempts=self._max_attempts, now=utc_now, field=field
+        )
+
+    def _many(self, items: Sequence[object]) -> list[JobInsertParams]:
+        if isinstance(items, str | bytes) or not isinstance(items, Sequence):
+            raise ValidationError("params", "must be a sequence of args or InsertManyParams", items)
+        if not items:
+            raise ValidationError("params", "no jobs to insert", items)
+        out = []
+        for i, item in enumerate(items):
+            if isinstance(item, InsertManyParams):
+                out.append(self._params(item.args, item.opts, f"params[{i}].args"))
+            else:
+                out.append(self._params(item, None, f"params[{i}]"))
+        return out
+
+    async def _notify(self, ex: Executor, params: Sequence[JobInsertParams]) -> None:
+        queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
+        payloads = [f'{{"queue": "{q}"}}' for q in queues if self._limiter.should_trigger(q)]
+        if payloads and self._driver.supports_listen_notify:
+            await ex.notify_many(TOPIC_INSERT, payloads)
+
+    async def _insert_many_on(
+        self, ex: Executor, params: Sequence[JobInsertParams]
+    ) -> list[InsertResult]:
+        inserted = await ex.job_insert_fast_many(params)
+        await self._notify(ex, params)
+        return [
+            InsertResult(job=r.job, unique_skipped_as_duplicate=r.unique_skipped_as_duplicate)
+            for r in inserted
+        ]
+
+    # --- public API -------------------------------------------------------------------------
+
+    async def insert(self, args: object, opts: InsertOpts | None = None) -> InsertResult:
+        """Insert one job in its own transaction; a unique duplicate returns the existing job."""
+        params = [self._params(args, opts)]
+        async with self._driver.transaction() as tx:
+            return (await self._insert_many_on(tx, params))[0]
+
+    async def insert_tx(self, tx: object, args: object, opts: InsertOpts | None = None) -> InsertResult:
+        """Insert one job inside the caller's transaction (visible and notified at its commit)."""
+        params = [self._params(args, opts)]
+        return (await self._insert_many_on(self._driver.executor_for(tx), params))[0]
+
+    async def insert_many(self, params: Sequence[object]) -> list[InsertResult]:
+        """Insert a batch in one statement and one transaction; results in input order."""
+        built = self._many(params)
+        async with self._driver.transaction() as tx:
+            return await self._insert_many_on(tx, built)
+
+    async def insert_many_tx(self, tx: object, params: Sequence[object]) -> list[InsertResult]:
+        built = self._many(params)
+        return await self._insert_many_on(self._driver.executor_for(tx), built)
+
+    async def insert_many_fast(self, params: Sequence[object]) -> int:
+        """Insert a batch without returning rows (the bulk path); returns the count inserted.
+
+        On PostgreSQL this uses COPY, so a unique conflict fails the whole batch, as in River.
+        """
+        built = self._many(params)
+        async with self._driver.transaction() as tx:
+            count = await tx.job_insert_fast_many_no_returning(built)
+            await self._notify(tx, built)
+            return count
+
+    async def insert_many_fast_tx(self, tx: object, params: Sequence[object]) -> int:
+        built = self._many(params)
+        ex = self._driver.executor_for(tx)
+        count = await ex.job_insert_fast_many_no_returning(built)
+        await self._notify(ex, built)
+        return count
+
+
+@attrs.define(eq=False)
+class ClientRun:
+    """What ``open_client`` yields: the client, and (as the runtime grows) its controls."""
+
+    client: Client
+
+
+@contextlib.asynccontextmanager
+async def open_client(
+    database: str | Driver,
+    *,
+    schema: str | None = None,
+    id: str | None = None,
+    max_attempts: int = MAX_ATTEMPTS_DEFAULT,
+    driver_options: dict[str, Any] | None = None,
+) -> AsyncIterator[ClientRun]:
+    """Open a client on a database URL (``sqlite:///path``, ``postgresql://…``) or a driver.
+
+    A URL opens a driver the client owns and closes; a driver passed in is borrowed and left
+    open. Every argument is validated before anything connects.
+    """
+    schema = _validate_schema(schema)
+    client_id = _validate_id(id) if id is not None else default_client_id()
+    max_attempts = _validate_max_attempts(max_attempts)
+    if driver_options is not None and not isinstance(driver_options, dict):
+        raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
+    if isinstance(database, str):
+        async with open_driver(database, schema=schema, **(driver_options or {})) as driver:
+            yield ClientRun(client=Client(driver, id=client_id, max_attempts=max_attempts))
+        return
+    if not all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
+        raise ConfigError(
+            "database", f"must be a database URL or a driver, not {type(database).__name__}"
+        )
+    if driver_options:
+        raise ConfigError("driver_options", "only applies when opening a database from a URL")
+    if schema is not None and database.schema != schema:
+        raise ConfigError(
+            "schema", f"conflicts with the driver's schema {database.schema!r}", schema
+        )
+    yield ClientRun(client=Client(database, id=client_id, max_attempts=max_attempts))

@@ -1,0 +1,111 @@
+"""Database drivers: one protocol, two implementations (PostgreSQL via psycopg 3, SQLite via apsw).
+
+``open_driver(url)`` picks the implementation from the URL scheme (``postgres://``,
+``postgresql://``, ``sqlite:///path``). Backends are imported lazily, so an application needs
+only the extra it uses (``river_anyio[postgres]`` or ``river_anyio[sqlite]``).
+
+The protocols are public for annotations but unstable for third-party implementers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from typing import Any
+
+from .._errors import ConfigError
+from ._protocol import (
+    TOPIC_CONTROL,
+    TOPIC_INSERT,
+    TOPIC_LEADERSHIP,
+    Dialect,
+    Driver,
+    Executor,
+    InsertedJob,
+    JobInsertParams,
+    Listener,
+    Notification,
+)
+
+__all__ = (
+    "TOPIC_CONTROL",
+    "TOPIC_INSERT",
+    "TOPIC_LEADERSHIP",
+    "Dialect",
+    "Driver",
+    "Executor",
+    "InsertedJob",
+    "JobInsertParams",
+    "Listener",
+    "Notification",
+    "dialect_of_url",
+    "open_driver",
+    "redact_url",
+)
+
+
+def dialect_of_url(url: str) -> Dialect:
+    """The backend a database URL names, or a ConfigError saying which schemes are accepted."""
+    if not isinstance(url, str):
+        raise ConfigError("database_url", f"must be a str, not {type(url).__name__}", url)
+    scheme, sep, _ = url.partition(":")
+    scheme = scheme.lower()
+    if sep and scheme in ("postgres", "postgresql"):
+        return "postgres"
+    if sep and scheme == "sqlite":
+        return "sqlite"
+    raise ConfigError(
+        "database_url",
+        "must start with postgres://, postgresql:// or sqlite:/// "
+        f"(got {redact_url(url)!r})",
+    )
+
+
+def redact_url(url: str) -> str:
+    """The URL with any password replaced by ``***``, safe to print or log."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    netloc, slash, tail = rest.partition("/")
+    userinfo, at, hostport = netloc.rpartition("@")
+    if at and ":" in userinfo:
+        user = userinfo.split(":", 1)[0]
+        netloc = f"{user}:***@{hostport}"
+    # libpq also accepts password=... as a query parameter
+    if "password=" in tail:
+        parts = tail.split("?", 1)
+        if len(parts) == 2:
+            query = "&".join(
+                "password=***" if p.lower().startswith("password=") else p
+                for p in parts[1].split("&")
+            )
+            tail = f"{parts[0]}?{query}"
+    return f"{scheme}{sep}{netloc}{slash}{tail}"
+
+
+def _missing_extra(extra: str, exc: ImportError) -> ConfigError:
+    return ConfigError(
+        "database_url",
+        f"this backend requires river_anyio[{extra}]: pip install 'river_anyio[{extra}]' "
+        f"({exc})",
+    )
+
+
+@contextlib.asynccontextmanager
+async def open_driver(url: str, *, schema: str | None = None, **options: Any) -> AsyncIterator[Driver]:
+    """Open the driver a URL names; ``options`` go to ``open_postgres``/``open_sqlite``."""
+    dialect = dialect_of_url(url)
+    if dialect == "postgres":
+        try:
+            from .postgres import open_postgres
+        except ImportError as exc:
+            raise _missing_extra("postgres", exc) from exc
+        async with open_postgres(url, schema=schema, **options) as pg:
+            yield pg
+    else:
+        try:
+            from .sqlite import open_sqlite
+        except ImportError as exc:
+            raise _missing_extra("sqlite", exc) from exc
+        async with open_sqlite(url, schema=schema, **options) as lite:
+            yield lite

@@ -1,0 +1,214 @@
+"""Inserting through the client, on PostgreSQL and SQLite, under asyncio and trio."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from typing import ClassVar
+
+import anyio
+import attrs
+import pytest
+
+import river_anyio as river
+from river_anyio.drivers import TOPIC_INSERT, open_driver
+
+pytestmark = pytest.mark.anyio
+
+UTC = dt.UTC
+
+
+@attrs.frozen
+class Email:
+    kind: ClassVar[str] = "email"
+    to: str
+    subject: str = "hi"
+
+
+@attrs.frozen
+class Report:
+    kind: ClassVar[str] = "report"
+    insert_opts: ClassVar[river.InsertOpts] = river.InsertOpts(queue="reports", priority=2)
+    report_id: int
+
+
+async def test_insert_returns_the_row(database_url: str) -> None:
+    async with river.open_client(database_url, id="client-a") as run:
+        res = await run.client.insert(
+            Email(to="a@example.com"),
+            river.InsertOpts(tags=["welcome"], metadata={"source": "test"}, max_attempts=3),
+        )
+    job = res.job
+    assert not res.unique_skipped_as_duplicate
+    assert job.id > 0
+    assert job.kind == "email"
+    assert job.args == {"to": "a@example.com", "subject": "hi"}
+    assert json.loads(job.encoded_args) == {"to": "a@example.com", "subject": "hi"}
+    assert job.state is river.JobState.AVAILABLE
+    assert (job.queue, job.priority, job.max_attempts, job.attempt) == ("default", 1, 3, 0)
+    assert job.tags == ("welcome",)
+    assert job.metadata == {"source": "test"}
+    assert job.errors == () and job.attempted_by == () and job.attempted_at is None
+    assert job.finalized_at is None
+    assert job.created_at.tzinfo is not None
+    assert abs((job.created_at - dt.datetime.now(UTC)).total_seconds()) < 60
+    assert job.scheduled_at <= dt.datetime.now(UTC) + dt.timedelta(seconds=1)
+    assert job.unique_key is None and job.unique_states is None
+
+
+async def test_insert_scheduled_pending_and_kind_defaults(database_url: str) -> None:
+    at = dt.datetime(2031, 2, 3, 4, 5, 6, 789000, tzinfo=UTC)
+    async with river.open_client(database_url) as run:
+        scheduled = (await run.client.insert(Email(to="x"), river.InsertOpts(scheduled_at=at))).job
+        pending = (await run.client.insert(Email(to="y"), river.InsertOpts(pending=True))).job
+        report = (await run.client.insert(Report(report_id=1))).job
+    assert scheduled.state is river.JobState.SCHEDULED
+    assert scheduled.scheduled_at == at
+    assert pending.state is river.JobState.PENDING
+    assert (report.queue, report.priority) == ("reports", 2)
+
+
+async def test_unique_insert_skips_duplicates(database_url: str) -> None:
+    opts = river.InsertOpts(unique=river.UniqueOpts(by_args=True))
+    async with river.open_client(database_url) as run:
+        first = await run.client.insert(Email(to="u@example.com"), opts)
+        second = await run.client.insert(Email(to="u@example.com"), opts)
+        other = await run.client.insert(Email(to="v@example.com"), opts)
+    assert not first.unique_skipped_as_duplicate
+    assert second.unique_skipped_as_duplicate
+    assert second.job.id == first.job.id
+    assert not other.unique_skipped_as_duplicate and other.job.id != first.job.id
+    assert first.job.unique_key is not None and len(first.job.unique_key) == 32
+    assert first.job.unique_states == frozenset(
+        {
+            river.JobState.AVAILABLE,
+            river.JobState.COMPLETED,
+            river.JobState.PENDING,
+            river.JobState.RETRYABLE,
+            river.JobState.RUNNING,
+            river.JobState.SCHEDULED,
+        }
+    )
+
+
+async def test_insert_many_in_order_with_duplicates(database_url: str) -> None:
+    unique = river.InsertOpts(unique=river.UniqueOpts(by_args=True))
+    async with river.open_client(database_url) as run:
+        existing = await run.client.insert(Email(to="dup"), unique)
+        results = await run.client.insert_many(
+            [
+                Email(to="one"),
+                river.InsertManyParams(Email(to="dup"), unique),
+                river.InsertManyParams(Report(report_id=2), river.InsertOpts(priority=4)),
+                Email(to="two"),
+            ]
+        )
+    assert [r.job.args.get("to", r.job.args.get("report_id")) for r in results] == [
+        "one",
+        "dup",
+        2,
+        "two",
+    ]
+    assert [r.unique_skipped_as_duplicate for r in results] == [False, True, False, False]
+    assert results[1].job.id == existing.job.id
+    assert results[2].job.priority == 4 and results[2].job.queue == "reports"
+
+
+async def test_insert_many_fast_counts(database_url: str) -> None:
+    async with river.open_client(database_url) as run:
+        n = await run.client.insert_many_fast([Email(to=f"{i}") for i in range(250)])
+        rows = await run.client.driver.executor().job_list(kinds=["email"], limit=1000)
+    assert n == 250
+    assert sorted(r.args["to"] for r in rows) == sorted(str(i) for i in range(250))
+
+
+async def test_insert_tx_commits_and_rolls_back(database_url: str) -> None:
+    async with river.open_client(database_url) as run:
+        client = run.client
+        async with client.transaction() as tx:
+            kept = await client.insert_tx(tx, Email(to="kept"))
+            many = await client.insert_many_tx(tx, [Email(to="kept2")])
+            fast = await client.insert_many_fast_tx(tx, [Email(to="kept3")])
+
+        class Boom(Exception):
+            pass
+
+        with pytest.raises(Boom):
+            async with client.transaction() as tx:
+                lost = await client.insert_tx(tx, Email(to="lost"))
+                raise Boom
+        ex = client.driver.executor()
+        assert await ex.job_get_by_id(kept.job.id) is not None
+        assert await ex.job_get_by_id(many[0].job.id) is not None
+        assert fast == 1
+        assert await ex.job_get_by_id(lost.job.id) is None
+
+
+async def test_insert_tx_rejects_foreign_objects(database_url: str) -> None:
+    async with river.open_client(database_url) as run:
+        with pytest.raises(TypeError):
+            await run.client.insert_tx(object(), Email(to="x"))
+
+
+async def test_validation_happens_before_any_write(database_url: str) -> None:
+    async with river.open_client(database_url) as run:
+        with pytest.raises(river.ValidationError, match="no jobs to insert"):
+            await run.client.insert_many([])
+        with pytest.raises(river.ValidationError) as info:
+            await run.client.insert_many([Email(to="fine"), {"not": "args"}])
+        assert info.value.field == "params[1]"
+        rows = await run.client.driver.executor().job_list()
+    assert rows == []
+
+
+async def test_insert_notifies_listeners_after_commit(database_url: str) -> None:
+    async with (
+        river.open_client(database_url) as run,
+        open_driver(database_url) as other,
+        other.listener() as listener,
+    ):
+        await listener.listen(TOPIC_INSERT)
+        async with run.client.transaction() as tx:
+            await run.client.insert_tx(tx, Email(to="n"), river.InsertOpts(queue="notified"))
+        # scheduled jobs are not announced; the scheduler does that when they come due
+        await run.client.insert(
+            Email(to="s"),
+            river.InsertOpts(queue="later", scheduled_at=dt.datetime(2040, 1, 1, tzinfo=UTC)),
+        )
+        await run.client.insert(Email(to="m"), river.InsertOpts(queue="marker"))
+        seen = []
+        with anyio.fail_after(10):
+            async for note in listener:
+                seen.append(json.loads(note.payload)["queue"])
+                if seen[-1] == "marker":
+                    break
+    assert seen == ["notified", "marker"]
+
+
+async def test_open_client_borrows_a_driver(database_url: str) -> None:
+    async with open_driver(database_url) as driver:
+        async with river.open_client(driver) as run:
+            await run.client.insert(Email(to="borrowed"))
+        # still open after the client is gone
+        rows = await driver.executor().job_list()
+        assert [r.args["to"] for r in rows] == ["borrowed"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "field", "message"),
+    [
+        ({"database": "mysql://x"}, "database_url", "must start with"),
+        ({"database": 42}, "database", "must be a database URL or a driver"),
+        ({"database": "sqlite:///x.db", "schema": "1bad"}, "schema", "must match"),
+        ({"database": "sqlite:///x.db", "schema": "a" * 47}, "schema", "at most 46"),
+        ({"database": "sqlite:///x.db", "id": ""}, "id", "non-empty"),
+        ({"database": "sqlite:///x.db", "id": "x" * 101}, "id", "longer than 100"),
+        ({"database": "sqlite:///x.db", "max_attempts": 0}, "max_attempts", "between 1"),
+        ({"database": "sqlite:///x.db", "driver_options": [1]}, "driver_options", "dict"),
+    ],
+)
+async def test_open_client_validates_arguments(kwargs: dict, field: str, message: str) -> None:
+    with pytest.raises(river.ConfigError, match=message) as info:
+        async with river.open_client(**kwargs):
+            pass
+    assert info.value.field == field

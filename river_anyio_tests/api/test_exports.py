@@ -1,0 +1,42 @@
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from pathlib import Path
+
+import river_anyio
+
+
+def test_all_is_a_sorted_tuple_of_existing_names() -> None:
+    assert isinstance(river_anyio.__all__, tuple)
+    assert list(river_anyio.__all__) == sorted(river_anyio.__all__)
+    for name in river_anyio.__all__:
+        assert hasattr(river_anyio, name), name
+
+
+def test_public_objects_claim_the_package_as_their_module() -> None:
+    for name in river_anyio.__all__:
+        obj = getattr(river_anyio, name)
+        module = getattr(obj, "__module__", None)
+        if module is None or isinstance(obj, str):
+            continue
+        assert module == "river_anyio", f"{name} reports module {module}"
+
+
+def test_implementation_modules_are_private() -> None:
+    pkg_path = Path(river_anyio.__file__).parent
+    for info in pkgutil.iter_modules([str(pkg_path)]):
+        public_packages = {"drivers", "migrate"}
+        assert info.name.startswith("_") or info.name in public_packages, info.name
+
+
+def test_subpackages_export_tuples() -> None:
+    for name in ("river_anyio.drivers", "river_anyio.migrate"):
+        mod = importlib.import_module(name)
+        assert isinstance(mod.__all__, tuple)
+        for attr in mod.__all__:
+            assert hasattr(mod, attr), (name, attr)
+
+
+def test_package_is_typed() -> None:
+    assert (Path(river_anyio.__file__).parent / "py.typed").is_file()

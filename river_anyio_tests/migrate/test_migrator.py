@@ -1,0 +1,202 @@
+"""Migrations on real databases: River's schema at every version, up and down, both backends."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+import river_anyio as river
+from river_anyio.drivers import open_driver
+from river_anyio.migrate import Migrator, all_migrations, migration_sql
+
+from ..conftest import CUSTOM_SCHEMA
+from .introspect import describe_postgres, describe_sqlite
+
+pytestmark = pytest.mark.anyio
+
+HERE = Path(__file__).parent
+REPO = HERE.parents[1]
+LATEST = len(all_migrations("postgres"))
+
+
+def expected(dialect: str, version: int) -> Any:
+    return json.loads((HERE / f"schema_{dialect}_v{version}.json").read_text())
+
+
+def _describe_sync(url: str, schema: str | None) -> Any:
+    if url.startswith("sqlite:"):
+        import apsw
+
+        conn = apsw.Connection(url[len("sqlite:///") :])
+        try:
+            return describe_sqlite(conn, schema or "main")
+        finally:
+            conn.close()
+    import psycopg
+
+    with psycopg.connect(url) as conn:
+        return describe_postgres(conn, schema or "public")
+
+
+async def describe(url: str, schema: str | None = None) -> Any:
+    return await anyio.to_thread.run_sync(_describe_sync, url, schema)
+
+
+def dialect(url: str) -> str:
+    return "sqlite" if url.startswith("sqlite:") else "postgres"
+
+
+def test_migration_lines_are_in_lockstep() -> None:
+    pg = [(m.version, m.name) for m in all_migrations("postgres")]
+    lite = [(m.version, m.name) for m in all_migrations("sqlite")]
+    assert pg == lite
+    assert [v for v, _ in pg] == list(range(1, LATEST + 1))
+    assert LATEST >= 8
+
+
+def test_every_reference_is_schema_qualified_by_placeholder() -> None:
+    for d in ("postgres", "sqlite"):
+        for m, sql in migration_sql(d, range(1, LATEST + 1), "up", schema="zz"):
+            assert "/*river:schema*/" not in sql, (d, m.version)
+        for m in all_migrations(d):
+            assert "/*river:schema*/" in m.sql_up or m.version == 8 and d == "postgres", (d, m)
+
+
+async def test_up_down_up_matches_rivers_schema_at_every_version(empty_database_url: str) -> None:
+    url = empty_database_url
+    d = dialect(url)
+    async with open_driver(url) as driver:
+        migrator = Migrator(driver)
+        for version in range(1, LATEST + 1):
+            res = await migrator.up(max_steps=1)
+            assert [v.version for v in res.versions] == [version]
+            assert await describe(url) == expected(d, version), f"up to {version}"
+        assert (await migrator.validate()).ok
+        for version in range(LATEST, 0, -1):
+            res = await migrator.down()
+            assert [v.version for v in res.versions] == [version]
+            if version > 1:
+                assert await describe(url) == expected(d, version - 1), f"down to {version - 1}"
+        assert await migrator.existing_versions() == []
+        res = await migrator.up()
+        assert [v.version for v in res.versions] == list(range(1, LATEST + 1))
+        assert await describe(url) == expected(d, LATEST)
+        assert (await migrator.up()).versions == ()
+
+
+async def test_custom_postgres_schema(pg_empty_url: str) -> None:
+    import psycopg
+
+    async with await psycopg.AsyncConnection.connect(pg_empty_url, autocommit=True) as conn:
+        await conn.execute(f'CREATE SCHEMA "{CUSTOM_SCHEMA}"')
+    async with open_driver(pg_empty_url, schema=CUSTOM_SCHEMA) as driver:
+        await Migrator(driver).up()
+        assert await describe(pg_empty_url, CUSTOM_SCHEMA) == expected("postgres", LATEST)
+        # nothing leaked into public
+        public = await describe(pg_empty_url, "public")
+        assert public["tables"] == {} if "tables" in public else True
+        await Migrator(driver).down(target_version=0)
+    desc = await describe(pg_empty_url, CUSTOM_SCHEMA)
+    assert not desc.get("tables")
+
+
+@pytest.mark.parametrize("schema", ["1abc", "a-b", 'x"y', "a" * 47, "has space"])
+async def test_invalid_schema_names_are_rejected(empty_database_url: str, schema: str) -> None:
+    with pytest.raises((river.ConfigError, river.ValidationError), match="schema"):
+        async with open_driver(empty_database_url, schema=schema) as driver:
+            await Migrator(driver).up()
+
+
+async def test_dry_run_changes_nothing_and_returns_sql(empty_database_url: str) -> None:
+    async with open_driver(empty_database_url) as driver:
+        migrator = Migrator(driver)
+        res = await migrator.up(dry_run=True)
+        assert [v.version for v in res.versions] == list(range(1, LATEST + 1))
+        assert "river_migration" in res.versions[0].sql
+        assert await migrator.existing_versions() == []
+        await migrator.up(target_version=3)
+        res = await migrator.down(dry_run=True, target_version=0)
+        assert [v.version for v in res.versions] == [3, 2, 1]
+        assert [m.version for m in await migrator.existing_versions()] == [1, 2, 3]
+
+
+async def test_target_version_and_max_steps(empty_database_url: str) -> None:
+    async with open_driver(empty_database_url) as driver:
+        m = Migrator(driver)
+        assert [v.version for v in (await m.up(target_version=3)).versions] == [1, 2, 3]
+        assert (await m.up(target_version=2)).versions == ()  # already applied
+        assert [v.version for v in (await m.up(max_steps=2)).versions] == [4, 5]
+        v = await m.validate()
+        assert not v.ok and v.missing == tuple(range(6, LATEST + 1))
+        assert v.messages == (f"Unapplied migrations: [{' '.join(map(str, v.missing))}]",)
+        assert (await m.validate(target_version=5)).ok
+        assert [x.version for x in (await m.down()).versions] == [5]
+        assert [x.version for x in (await m.down(target_version=2)).versions] == [4, 3]
+        with pytest.raises(river.MigrationError, match="not in target list"):
+            await m.down(target_version=3)
+        with pytest.raises(river.MigrationError, match="not a valid River migration version"):
+            await m.up(target_version=99)
+        with pytest.raises(river.ValidationError, match="max_steps"):
+            await m.up(max_steps=0)
+        with pytest.raises(river.ValidationError, match="target_version"):
+            await m.up(target_version=0)
+        with pytest.raises(river.MigrationError, match="migration line does not exist: mian"):
+            Migrator(driver, line="mian")
+        assert [x.version for x in (await m.down(target_version=0)).versions] == [2, 1]
+
+
+async def test_other_lines_are_left_alone(empty_database_url: str) -> None:
+    ph = "%s" if dialect(empty_database_url) == "postgres" else "?"
+    async with open_driver(empty_database_url) as driver:
+        m = Migrator(driver)
+        await m.up()
+        async with driver.transaction() as tx:
+            await tx.execute(
+                f"INSERT INTO river_migration (line, version) VALUES ({ph}, {ph})", ("pro", 1)
+            )
+        await m.down(target_version=6)
+        await m.up()
+        rows = await driver.executor().fetch_all(
+            "SELECT line, version FROM river_migration ORDER BY line, version"
+        )
+    assert ("pro", 1) in [tuple(r) for r in rows]
+    assert [r[1] for r in rows if r[0] == "main"] == list(range(1, LATEST + 1))
+
+
+async def test_racing_migrators_apply_each_version_once(empty_database_url: str) -> None:
+    results: list[list[int]] = []
+
+    async def migrate() -> None:
+        async with open_driver(empty_database_url) as driver:
+            res = await Migrator(driver).up()
+            results.append([v.version for v in res.versions])
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(migrate)
+        tg.start_soon(migrate)
+    applied = sorted(v for r in results for v in r)
+    assert applied == list(range(1, LATEST + 1))
+    async with open_driver(empty_database_url) as driver:
+        existing = await Migrator(driver).existing_versions()
+    assert [e.version for e in existing] == list(range(1, LATEST + 1))
+    assert await describe(empty_database_url) == expected(dialect(empty_database_url), LATEST)
+
+
+async def test_river_migration_rows_match_rivers_shape(empty_database_url: str) -> None:
+    async with open_driver(empty_database_url) as driver:
+        m = Migrator(driver)
+        await m.up(target_version=4)
+        rows = await driver.executor().fetch_all("SELECT version FROM river_migration ORDER BY 1")
+        assert [r[0] for r in rows] == [1, 2, 3, 4]
+        assert not await driver.executor().column_exists("river_migration", "line")
+        await m.up()
+        rows = await driver.executor().fetch_all(
+            "SELECT line, version, created_at FROM river_migration ORDER BY version"
+        )
+    assert [(r[0], r[1]) for r in rows] == [("main", v) for v in range(1, LATEST + 1)]
+    assert all(r[2] is not None for r in rows)
