@@ -7,6 +7,8 @@ behind it are private.
 
 from __future__ import annotations
 
+import contextlib
+
 from ._client import Client as Client
 from ._client import ClientRun as ClientRun
 from ._client import open_client as open_client
@@ -65,10 +67,8 @@ def _fixup_module_metadata() -> None:
     for name in __all__:
         obj = globals()[name]
         if getattr(obj, "__module__", "").startswith("river_anyio._"):
-            try:
+            with contextlib.suppress(AttributeError, TypeError):  # read-only objects
                 obj.__module__ = __name__
-            except (AttributeError, TypeError):  # pragma: no cover - builtins/read-only
-                pass
 
 
 _fixup_module_metadata()

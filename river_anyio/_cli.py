@@ -19,6 +19,7 @@ from ._errors import RiverError
 from ._version import __version__
 from .drivers import dialect_of_url, open_driver, redact_url
 from .migrate import LINE_MAIN, MigrateResult, Migrator, all_migrations, migration_sql
+from .migrate._migrator import Direction
 
 PROG = "river-anyio"
 
@@ -161,7 +162,7 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     line = args.line or LINE_MAIN
     if args.command == "migrate-get":
         dialect = dialect_of_url(args.database_url)
-        direction = "down" if args.down else "up"
+        direction: Direction = "down" if args.down else "up"
         if args.all:
             versions = [m.version for m in all_migrations(dialect, line)]
             if direction == "down":
@@ -215,7 +216,7 @@ def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, std
     parser = _build_parser()
     try:
         args = parser.parse_args(argv)
-        if args.version and args.command is None or args.command == "version":
+        if (args.version and args.command is None) or args.command == "version":
             print(f"{PROG} version {__version__}", file=out)
             print(f"Built with Python {platform.python_version()}", file=out)
             return 0

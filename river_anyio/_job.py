@@ -313,7 +313,7 @@ class UniqueOpts:
         return self.by_state if self.by_state is not None else DEFAULT_UNIQUE_STATES
 
 
-def _unique_validator(_inst: object, _attr: object, value: object) -> None:
+def _unique_validator(_inst: object, _attr: object, value: Any) -> None:
     if value is not None and not isinstance(value, UniqueOpts):
         raise ValidationError("unique", "must be a UniqueOpts", value)
 

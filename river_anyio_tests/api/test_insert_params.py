@@ -136,7 +136,7 @@ def test_unique_period_uses_now_when_unscheduled() -> None:
         (lambda: river.InsertOpts(metadata={"a": object()}), "metadata", "JSON-encodable"),
         (lambda: river.InsertOpts(metadata={"a": float("nan")}), "metadata", "JSON-encodable"),
         (
-            lambda: river.InsertOpts(scheduled_at=dt.datetime(2030, 1, 1)),  # noqa: DTZ001
+            lambda: river.InsertOpts(scheduled_at=dt.datetime(2030, 1, 1)),
             "scheduled_at",
             "timezone-aware",
         ),

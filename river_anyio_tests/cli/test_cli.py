@@ -98,7 +98,7 @@ def test_migrate_get_needs_no_database() -> None:
 )
 def test_errors_are_one_line_with_nonzero_exit(argv: list[str], code: int, message: str, tmp_path: Path) -> None:
     argv = [a.replace("sqlite:///x", f"sqlite:///{tmp_path / 'x.db'}") for a in argv]
-    got, out, err = run(*argv)
+    got, _out, err = run(*argv)
     assert got == code
     assert message in err
     assert len(err.strip().splitlines()) == 1

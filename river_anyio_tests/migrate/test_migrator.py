@@ -64,7 +64,7 @@ def test_every_reference_is_schema_qualified_by_placeholder() -> None:
         for m, sql in migration_sql(d, range(1, LATEST + 1), "up", schema="zz"):
             assert "/*river:schema*/" not in sql, (d, m.version)
         for m in all_migrations(d):
-            assert "/*river:schema*/" in m.sql_up or m.version == 8 and d == "postgres", (d, m)
+            assert "/*river:schema*/" in m.sql_up or (m.version == 8 and d == "postgres"), (d, m)
 
 
 async def test_up_down_up_matches_rivers_schema_at_every_version(empty_database_url: str) -> None:
