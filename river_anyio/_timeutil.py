@@ -63,16 +63,19 @@ def _parse(text: str, *, require_offset: bool) -> dt.datetime:
     if m is None or (require_offset and m["tz"] is None):
         raise ValueError(f"not a timestamp River writes: {text!r}")
     frac = (m["frac"] or "").ljust(6, "0")[:6]
-    return dt.datetime(
-        int(m["y"]),
-        int(m["mo"]),
-        int(m["d"]),
-        int(m["h"]),
-        int(m["mi"]),
-        int(m["s"] or 0),
-        int(frac),
-        tzinfo=_offset(m["tz"]),
-    )
+    try:
+        return dt.datetime(
+            int(m["y"]),
+            int(m["mo"]),
+            int(m["d"]),
+            int(m["h"]),
+            int(m["mi"]),
+            int(m["s"] or 0),
+            int(frac),
+            tzinfo=_offset(m["tz"]),
+        )
+    except ValueError as exc:
+        raise ValueError(f"not a timestamp River writes: {text!r} ({exc})") from None
 
 
 def parse_rfc3339(text: str) -> dt.datetime:
