@@ -20,6 +20,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -115,11 +116,11 @@ def _migrate_cli(url: str, *extra: str) -> None:
 
 
 def _db_url(server_url: str, dbname: str) -> str:
-    from psycopg.conninfo import conninfo_to_dict, make_conninfo
-
-    params = conninfo_to_dict(server_url)
-    params["dbname"] = dbname
-    return make_conninfo("", **params)
+    """The server URL pointed at another database (query parameters kept)."""
+    parts = urllib.parse.urlsplit(server_url)
+    if parts.scheme not in ("postgres", "postgresql"):
+        raise ValueError("RIVER_ANYIO_TEST_DATABASE_URL must be a postgres:// or postgresql:// URL")
+    return urllib.parse.urlunsplit(parts._replace(path="/" + dbname))
 
 
 @pytest.fixture(scope="session")

@@ -24,7 +24,14 @@ REPO = HERE.parents[1]
 LATEST = len(all_migrations("postgres"))
 
 
-def expected(dialect: str, version: int) -> Any:
+def expected(dialect: str, version: int, *, after_down: bool = False) -> Any:
+    """River Go's schema at ``version``. Stepping down does not always give back the fresh
+    state (PostgreSQL keeps the 'pending' enum value, SQLite moves a column), so River's own
+    after-down state is recorded separately where it differs."""
+    if after_down:
+        path = HERE / f"schema_{dialect}_v{version}_after_down.json"
+        if path.exists():
+            return json.loads(path.read_text())
     return json.loads((HERE / f"schema_{dialect}_v{version}.json").read_text())
 
 
@@ -64,7 +71,15 @@ def test_every_reference_is_schema_qualified_by_placeholder() -> None:
         for m, sql in migration_sql(d, range(1, LATEST + 1), "up", schema="zz"):
             assert "/*river:schema*/" not in sql, (d, m.version)
         for m in all_migrations(d):
-            assert "/*river:schema*/" in m.sql_up or (m.version == 8 and d == "postgres"), (d, m)
+            for sql in (m.sql_up, m.sql_down):
+                body = [
+                    line
+                    for line in sql.splitlines()
+                    if line.strip() and not line.strip().startswith("--")
+                ]
+                if body == ["SELECT 1;"]:
+                    continue  # a version that is a no-op on this backend
+                assert "/*river:schema*/" in sql, (d, m.version)
 
 
 async def test_up_down_up_matches_rivers_schema_at_every_version(empty_database_url: str) -> None:
@@ -81,7 +96,8 @@ async def test_up_down_up_matches_rivers_schema_at_every_version(empty_database_
             res = await migrator.down()
             assert [v.version for v in res.versions] == [version]
             if version > 1:
-                assert await describe(url) == expected(d, version - 1), f"down to {version - 1}"
+                want = expected(d, version - 1, after_down=True)
+                assert await describe(url) == want, f"down to {version - 1}"
         assert await migrator.existing_versions() == []
         res = await migrator.up()
         assert [v.version for v in res.versions] == list(range(1, LATEST + 1))

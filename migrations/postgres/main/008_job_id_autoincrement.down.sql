@@ -1,0 +1,2 @@
+-- Nothing to undo on Postgres; see the up migration.
+SELECT 1;

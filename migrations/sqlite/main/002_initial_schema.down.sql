@@ -1,0 +1,2 @@
+DROP TABLE /*river:schema*/river_leader;
+DROP TABLE /*river:schema*/river_job;
