@@ -240,7 +240,7 @@ def _by_state_converter(value: object) -> frozenset[JobState] | None:
         return None
     if isinstance(value, str) or not isinstance(value, Sequence | frozenset | set):
         raise ValidationError("unique.by_state", "must be a collection of job states", value)
-    states = set()
+    states: set[JobState] = set()
     for s in value:
         try:
             states.add(JobState(s))
@@ -250,7 +250,7 @@ def _by_state_converter(value: object) -> frozenset[JobState] | None:
             ) from None
     required = {JobState.AVAILABLE, JobState.PENDING, JobState.RUNNING, JobState.SCHEDULED}
     missing = sorted(required - states)
-    if missing:
+    if states and missing:  # an empty collection means River's default states
         raise ValidationError(
             "unique.by_state",
             "UniqueOpts.ByState must contain all required states, missing: "
@@ -299,18 +299,28 @@ class UniqueOpts:
     )
     exclude_kind: bool = False
 
+    def __attrs_post_init__(self) -> None:
+        if self.exclude_kind and self.by_args is False and not self.by_queue and self.by_period is None:
+            raise ValidationError(
+                "unique.exclude_kind",
+                "UniqueOpts.ExcludeKind requires ByArgs, ByQueue, or ByPeriod",
+                self.exclude_kind,
+            )
+
     def is_empty(self) -> bool:
-        """River's rule: ``exclude_kind`` alone does not make a job unique."""
+        """No uniqueness at all (then the args class's own unique options apply, if any)."""
         return (
             self.by_args is False
             and self.by_period is None
             and not self.by_queue
             and self.by_state is None
+            and not self.exclude_kind
         )
 
     @property
     def states(self) -> frozenset[JobState]:
-        return self.by_state if self.by_state is not None else DEFAULT_UNIQUE_STATES
+        """The states in which a duplicate blocks an insert (River's default when unset)."""
+        return self.by_state if self.by_state else DEFAULT_UNIQUE_STATES
 
 
 def _unique_validator(_inst: object, _attr: object, value: Any) -> None:

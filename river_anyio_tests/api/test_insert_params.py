@@ -98,8 +98,11 @@ def test_unique_from_call_site_overrides_kind() -> None:
     by_site = build(WithDefaults(), river.InsertOpts(unique=river.UniqueOpts(by_args=True)))
     assert by_kind.unique_key != by_site.unique_key
     # an empty UniqueOpts at the call site falls back to the kind's, as in River
-    empty = build(WithDefaults(), river.InsertOpts(unique=river.UniqueOpts(exclude_kind=True)))
+    empty = build(WithDefaults(), river.InsertOpts(unique=river.UniqueOpts()))
     assert empty.unique_key == by_kind.unique_key
+    # by_state alone makes a job unique by kind
+    only_state = build(Plain(), river.InsertOpts(unique=river.UniqueOpts(by_state=[])))
+    assert only_state.unique_key is not None and only_state.unique_states == 0xF5
 
 
 def test_unique_period_uses_now_when_unscheduled() -> None:
@@ -158,6 +161,11 @@ def test_unique_period_uses_now_when_unscheduled() -> None:
             "missing: pending, scheduled",
         ),
         (lambda: river.UniqueOpts(by_args=[]), "unique.by_args", "empty list"),
+        (
+            lambda: river.UniqueOpts(exclude_kind=True),
+            "unique.exclude_kind",
+            "requires ByArgs, ByQueue, or ByPeriod",
+        ),
         (lambda: river.UniqueOpts(by_args=["a..b"]), "unique.by_args", "dotted JSON path"),
         (lambda: river.UniqueOpts(by_args="a"), "unique.by_args", "bool or a sequence"),
     ],
