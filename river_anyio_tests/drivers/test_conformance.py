@@ -63,8 +63,20 @@ async def test_insert_fast_many_round_trip(database_url: str) -> None:
         assert [r.unique_skipped_as_duplicate for r in rows] == [False, False, False]
         a, b, c = (r.job for r in rows)
         assert a.id < b.id < c.id
-        assert (a.args, a.kind, a.state, a.queue, a.priority) == ({"n": 1}, "conformance", S.AVAILABLE, "default", 1)
-        assert (b.kind, b.max_attempts, b.priority, b.queue, b.state) == ("other_kind", 3, 4, "q2", S.SCHEDULED)
+        assert (a.args, a.kind, a.state, a.queue, a.priority) == (
+            {"n": 1},
+            "conformance",
+            S.AVAILABLE,
+            "default",
+            1,
+        )
+        assert (b.kind, b.max_attempts, b.priority, b.queue, b.state) == (
+            "other_kind",
+            3,
+            4,
+            "q2",
+            S.SCHEDULED,
+        )
         # SQLite inserts carry River's duplicate-detection nonce in every job's metadata
         meta = {k: v for k, v in b.metadata.items() if k != "river:unique_nonce"}
         assert meta == {"k": "v", "nested": {"x": [1, 2]}}
@@ -79,10 +91,14 @@ async def test_insert_fast_many_round_trip(database_url: str) -> None:
 
 async def test_unique_conflicts_return_the_existing_row(database_url: str) -> None:
     key = bytes(range(32))
-    mask = unique_states_mask([S.AVAILABLE, S.COMPLETED, S.PENDING, S.RETRYABLE, S.RUNNING, S.SCHEDULED])
+    mask = unique_states_mask(
+        [S.AVAILABLE, S.COMPLETED, S.PENDING, S.RETRYABLE, S.RUNNING, S.SCHEDULED]
+    )
     async with open_driver(database_url) as driver:
         async with driver.transaction() as tx:
-            (first,) = await tx.job_insert_fast_many([params(1, unique_key=key, unique_states=mask)])
+            (first,) = await tx.job_insert_fast_many(
+                [params(1, unique_key=key, unique_states=mask)]
+            )
         async with driver.transaction() as tx:
             again = await tx.job_insert_fast_many(
                 [params(2), params(3, unique_key=key, unique_states=mask), params(4)]
@@ -102,7 +118,9 @@ async def test_unique_conflicts_return_the_existing_row(database_url: str) -> No
             (dt.datetime.now(UTC) if p == "%s" else "2030-01-01 00:00:00", first.job.id),
         )
         async with driver.transaction() as tx:
-            (fresh,) = await tx.job_insert_fast_many([params(5, unique_key=key, unique_states=mask)])
+            (fresh,) = await tx.job_insert_fast_many(
+                [params(5, unique_key=key, unique_states=mask)]
+            )
         assert not fresh.unique_skipped_as_duplicate and fresh.job.id != first.job.id
 
 
@@ -135,7 +153,12 @@ async def test_job_list_filters_and_order(database_url: str) -> None:
         assert [r.id for r in await ex.job_list(states=[S.SCHEDULED])] == [ids[3]]
         assert [r.id for r in await ex.job_list(ids=[ids[4], ids[0]])] == [ids[0], ids[4]]
         assert [r.id for r in await ex.job_list(after_id=ids[2], limit=1)] == [ids[3]]
-        assert [r.id for r in await ex.job_list(kinds=["conformance"], queues=["default"], states=[S.AVAILABLE])] == [
+        assert [
+            r.id
+            for r in await ex.job_list(
+                kinds=["conformance"], queues=["default"], states=[S.AVAILABLE]
+            )
+        ] == [
             ids[0],
             ids[4],
         ]
@@ -233,7 +256,10 @@ async def test_notifications_arrive_after_commit_only(database_url: str) -> None
 async def test_custom_schema_postgres(pg_schema_url: str) -> None:
     from ..conftest import CUSTOM_SCHEMA
 
-    async with open_driver(pg_schema_url, schema=CUSTOM_SCHEMA) as driver, driver.listener() as listener:
+    async with (
+        open_driver(pg_schema_url, schema=CUSTOM_SCHEMA) as driver,
+        driver.listener() as listener,
+    ):
         await listener.listen(TOPIC_INSERT)
         async with driver.transaction() as tx:
             (row,) = await tx.job_insert_fast_many([params(7)])

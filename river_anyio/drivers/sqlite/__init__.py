@@ -1,0 +1,238 @@
+"""River's SQLite driver on apsw, for asyncio and trio.
+
+One OS thread owns the writer connection; every driver call is one hop to it (see
+``_connection``). Listeners follow River's ``river_notification`` outbox on a read-only
+connection of their own.
+
+Open it with :func:`open_sqlite`::
+
+    async with open_sqlite("sqlite:///var/river.sqlite3") as driver:
+        async with driver.transaction() as tx:
+            await tx.job_insert_fast_many(params)
+
+The driver belongs to the event loop that opened it. The database must be a file (WAL mode is
+switched on); its directory must exist.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Final, Literal
+
+import anyio
+
+from ..._errors import ConfigError
+from ._connection import ConnectionThread, check_sqlite_version, path_from_url
+from ._executor import SQLiteExecutor
+from ._listener import SQLiteListener
+from ._queries import Queries
+
+__all__ = ["SQLiteDriver", "SQLiteExecutor", "SQLiteListener", "open_sqlite"]
+
+_IDENT_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SCHEMA_MAX: Final = 46  # River's client limit for schema names
+# Extra time a COMMIT/ROLLBACK may take beyond the busy timeout before it is abandoned.
+_FINISH_GRACE: Final = 10.0
+
+
+def _validate_identifier(field: str, value: object) -> str:
+    if not isinstance(value, str):
+        raise ConfigError(field, f"must be a str, not {type(value).__name__}", value)
+    if len(value) > _SCHEMA_MAX or not _IDENT_RE.match(value):
+        raise ConfigError(
+            field,
+            f"must be an identifier matching ^[a-zA-Z_][a-zA-Z0-9_]*$ of at most {_SCHEMA_MAX} "
+            f"characters (got {value!r})",
+            value,
+        )
+    return value
+
+
+def _validate_busy_timeout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError("busy_timeout", f"must be a number of seconds, not {value!r}", value)
+    if not math.isfinite(value) or value < 0:
+        raise ConfigError("busy_timeout", f"must be >= 0 and finite (got {value!r})", value)
+    return float(value)
+
+
+def _validate_attach(value: object) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("attach", "must be a mapping of database name to file path/URL", value)
+    out: dict[str, str] = {}
+    for name, path in value.items():
+        _validate_identifier("attach", name)
+        if name.lower() in ("main", "temp"):
+            raise ConfigError("attach", f"{name!r} is a reserved database name", value)
+        out[name] = path_from_url(path)
+    return out
+
+
+class SQLiteDriver:
+    """The SQLite implementation of the Driver protocol. Create it with :func:`open_sqlite`."""
+
+    def __init__(
+        self,
+        writer: ConnectionThread,
+        *,
+        schema: str | None,
+        attach: Mapping[str, str],
+    ) -> None:
+        self._writer = writer
+        self._schema = schema
+        self._attach = dict(attach)
+        self._queries = Queries.for_schema(schema)
+        self._listeners: weakref.WeakSet[SQLiteListener] = weakref.WeakSet()
+        self._executor = SQLiteExecutor(writer, self._queries, on_notify=self._poke_listeners)
+        self._finish_bound = writer.busy_timeout + _FINISH_GRACE
+
+    # ---- properties ------------------------------------------------------------------------
+
+    @property
+    def dialect(self) -> Literal["sqlite"]:
+        return "sqlite"
+
+    @property
+    def schema(self) -> str | None:
+        """The attached database name River's tables are in, or None for ``main``."""
+        return self._schema
+
+    @property
+    def supports_listen_notify(self) -> bool:
+        """True: notifications go through River's ``river_notification`` outbox."""
+        return True
+
+    @property
+    def path(self) -> str:
+        """Absolute path of the database file."""
+        return self._writer.path
+
+    # ---- executors ---------------------------------------------------------------------------
+
+    def executor(self) -> SQLiteExecutor:
+        """An executor whose every call is its own unit of work (writes: BEGIN IMMEDIATE)."""
+        return self._executor
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[SQLiteExecutor]:
+        """A ``BEGIN IMMEDIATE`` transaction holding the writer exclusively until it ends.
+
+        Commits on success; rolls back on error or cancellation. COMMIT and ROLLBACK are
+        shielded from cancellation and bounded in time.
+        """
+        async with self._writer.checkout() as session:
+            tx = SQLiteExecutor(self._writer, self._queries, session=session)
+            try:
+                yield tx
+            except BaseException:
+                tx._closed = True
+                await session.finish(commit=False, bound=self._finish_bound)
+                raise
+            tx._closed = True
+            await session.finish(commit=True, bound=self._finish_bound)
+            if session.notified:
+                self._poke_listeners()
+
+    def executor_for(self, conn: object) -> SQLiteExecutor:
+        """``conn`` itself if it is one of this driver's executors; TypeError otherwise.
+
+        The apsw connection belongs to the driver's thread, so a caller's own connection
+        cannot be used: run your writes through ``driver.transaction()`` instead.
+        """
+        if isinstance(conn, SQLiteExecutor) and conn._writer is self._writer:
+            return conn
+        raise TypeError(
+            "SQLiteDriver.executor_for() accepts only an executor of this driver "
+            "(driver.executor() or the one yielded by driver.transaction()); the SQLite "
+            "connection is owned by the driver's thread, so other connections cannot be "
+            f"used: got {type(conn).__module__}.{type(conn).__qualname__}"
+        )
+
+    # ---- notifications --------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def listener(self) -> AsyncIterator[SQLiteListener]:
+        """A listener on the notification outbox, with its own read-only connection."""
+        reader = ConnectionThread(
+            self._writer.path,
+            readonly=True,
+            busy_timeout=self._writer.busy_timeout,
+            attach=self._attach,
+            name="river-sqlite-listener",
+        )
+        await reader.start()
+        listener = SQLiteListener(reader, self._queries)
+        try:
+            await listener.connect()
+            self._listeners.add(listener)
+            yield listener
+        finally:
+            self._listeners.discard(listener)
+            await listener.aclose()
+
+    def _poke_listeners(self) -> None:
+        for listener in list(self._listeners):
+            listener.poke()
+
+    async def aclose(self) -> None:
+        """Finish queued work, close the connection and stop its thread."""
+        await self._writer.aclose()
+
+
+def open_sqlite(
+    url_or_path: str,
+    *,
+    schema: str | None = None,
+    busy_timeout: float = 5.0,
+    attach: Mapping[str, str] | None = None,
+) -> AbstractAsyncContextManager[SQLiteDriver]:
+    """Open River's SQLite database; the context manager closes it.
+
+    ``url_or_path``: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or a plain path (see
+    :func:`~._connection.path_from_url`). ``schema``: the attached database holding River's
+    tables (``None`` for ``main``); attach it with ``attach={name: path}``, which is applied to
+    every connection the driver opens. ``busy_timeout``: seconds to wait for another
+    connection's write lock before :class:`~river_anyio.DatabaseBusyError`.
+
+    Arguments are validated now (ConfigError); the file is opened on entering.
+    """
+    check_sqlite_version()
+    path = path_from_url(url_or_path)
+    if schema is not None:
+        _validate_identifier("schema", schema)
+    timeout = _validate_busy_timeout(busy_timeout)
+    attached = _validate_attach(attach)
+    return _open(path, schema, timeout, attached)
+
+
+@asynccontextmanager
+async def _open(
+    path: str, schema: str | None, busy_timeout: float, attach: dict[str, str]
+) -> AsyncIterator[SQLiteDriver]:
+    writer = ConnectionThread(
+        path, busy_timeout=busy_timeout, attach=attach, name="river-sqlite-writer"
+    )
+    await writer.start()
+    try:
+        if schema is not None:
+            names = await writer.run(
+                lambda c: [str(r[1]) for r in c.execute("PRAGMA database_list")]
+            )
+            if schema not in names:
+                raise ConfigError(
+                    "schema",
+                    f"no attached database named {schema!r} (attached: {', '.join(names)}); "
+                    "pass attach={name: path} to attach it",
+                    schema,
+                )
+        driver = SQLiteDriver(writer, schema=schema, attach=attach)
+        yield driver
+    finally:
+        with anyio.CancelScope(shield=True):
+            await writer.aclose()

@@ -1,0 +1,158 @@
+"""The SQLite outbox listener: commit visibility, no replay, topics, other writers."""
+
+from __future__ import annotations
+
+import anyio
+import apsw
+import pytest
+
+from river_anyio.drivers._protocol import TOPIC_CONTROL, TOPIC_INSERT, Notification
+from river_anyio.drivers.sqlite import SQLiteListener, open_sqlite
+from river_anyio.drivers.sqlite._connection import path_from_url
+
+pytestmark = pytest.mark.anyio
+
+# Upper bound for a notification to arrive: polls run every 50 ms.
+ARRIVAL = 5.0
+
+
+async def _next(listener: SQLiteListener) -> Notification:
+    with anyio.fail_after(ARRIVAL):
+        return await listener.__anext__()
+
+
+def _external_notify(path: str, topic: str, payload: str) -> None:
+    """Another process's writer (River Go) appending to the outbox."""
+    conn = apsw.Connection(path)
+    try:
+        conn.execute(
+            "INSERT INTO river_notification (topic, payload) VALUES (?, ?)", (topic, payload)
+        )
+    finally:
+        conn.close()
+
+
+async def _visible_rows(listener: SQLiteListener) -> int:
+    rows = await listener._reader.run(
+        lambda c: c.execute("SELECT count(*) FROM river_notification").fetchall()
+    )
+    count = rows[0][0]
+    assert isinstance(count, int)
+    return count
+
+
+async def test_delivered_only_after_commit(sqlite_url: str) -> None:
+    async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
+        await listener.listen(TOPIC_INSERT)
+        async with driver.transaction() as tx:
+            await tx.notify_many(TOPIC_INSERT, ['{"queue": "a"}', '{"queue": "b"}'])
+            assert await _visible_rows(listener) == 0  # not committed yet
+        first = await _next(listener)
+        second = await _next(listener)
+        assert first == Notification(topic=TOPIC_INSERT, payload='{"queue": "a"}')
+        assert second.payload == '{"queue": "b"}'
+
+        # a rolled-back transaction notifies nobody
+        with pytest.raises(KeyError):
+            async with driver.transaction() as tx:
+                await tx.notify_many(TOPIC_INSERT, ["lost"])
+                raise KeyError("x")
+        await driver.executor().notify_many(TOPIC_INSERT, ["after"])
+        assert (await _next(listener)).payload == "after"
+
+
+async def test_no_replay_from_before_connect(sqlite_url: str) -> None:
+    async with open_sqlite(sqlite_url) as driver:
+        await driver.executor().notify_many(TOPIC_INSERT, ["old1", "old2"])
+        async with driver.listener() as listener:
+            await listener.listen(TOPIC_INSERT)
+            await driver.executor().notify_many(TOPIC_INSERT, ["new"])
+            assert (await _next(listener)).payload == "new"
+
+
+async def test_topics_filtered_and_subscription_start(sqlite_url: str) -> None:
+    async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
+        await listener.listen(TOPIC_CONTROL)
+        ex = driver.executor()
+        await ex.notify_many(TOPIC_INSERT, ["insert-before-listen"])
+        await ex.notify_many(TOPIC_CONTROL, ["control-1"])
+        assert (await _next(listener)).payload == "control-1"
+        # rows of a topic written before it was subscribed are not delivered
+        await listener.listen(TOPIC_INSERT)
+        await listener.listen(TOPIC_INSERT)  # idempotent
+        assert listener.topics == {TOPIC_INSERT, TOPIC_CONTROL}
+        await ex.notify_many(TOPIC_INSERT, ["insert-1"])
+        assert (await _next(listener)) == Notification(topic=TOPIC_INSERT, payload="insert-1")
+        await listener.unlisten(TOPIC_CONTROL)
+        await ex.notify_many(TOPIC_CONTROL, ["control-2"])
+        await ex.notify_many(TOPIC_INSERT, ["insert-2"])
+        assert (await _next(listener)).payload == "insert-2"
+
+
+async def test_rows_from_other_writers(sqlite_url: str) -> None:
+    path = path_from_url(sqlite_url)
+    async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
+        await listener.listen(TOPIC_INSERT)
+        await anyio.to_thread.run_sync(_external_notify, path, TOPIC_INSERT, "from-go")
+        await anyio.to_thread.run_sync(_external_notify, path, "river_leadership", "skip")
+        assert (await _next(listener)).payload == "from-go"
+        # many rows (more than one poll batch) arrive in order
+        conn = apsw.Connection(path)
+        try:
+            conn.execute(
+                "WITH RECURSIVE r(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM r WHERE x < 600) "
+                "INSERT INTO river_notification (topic, payload) SELECT ?, x FROM r",
+                (TOPIC_INSERT,),
+            )
+        finally:
+            conn.close()
+        got = [int((await _next(listener)).payload) for _ in range(600)]
+        assert got == list(range(1, 601))
+
+
+async def test_async_for_and_close(sqlite_url: str) -> None:
+    async with open_sqlite(sqlite_url) as driver:
+        received: list[str] = []
+        async with driver.listener() as listener:
+            await listener.listen(TOPIC_INSERT)
+            await driver.executor().notify_many(TOPIC_INSERT, ["1", "2", "3"])
+            with anyio.fail_after(ARRIVAL):
+                async for n in listener:
+                    received.append(n.payload)
+                    if len(received) == 3:
+                        break
+            await listener.aclose()
+            async for _ in listener:  # a closed listener ends iteration
+                raise AssertionError("unexpected notification")
+        assert received == ["1", "2", "3"]
+
+
+async def test_listener_wakes_consumer_waiting_without_topics(sqlite_url: str) -> None:
+    async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
+        got: list[Notification] = []
+        async with anyio.create_task_group() as tg:
+
+            async def consume() -> None:
+                got.append(await _next(listener))
+
+            tg.start_soon(consume)
+            await anyio.wait_all_tasks_blocked()
+            await listener.listen(TOPIC_INSERT)
+            await driver.executor().notify_many(TOPIC_INSERT, ["x"])
+        assert got == [Notification(topic=TOPIC_INSERT, payload="x")]
+
+
+async def test_listener_not_blocked_by_busy_writer(sqlite_url: str) -> None:
+    # The poll runs on the listener's own read-only connection: an external writer holding
+    # the write lock does not stop it from seeing committed rows.
+    path = path_from_url(sqlite_url)
+    async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
+        await listener.listen(TOPIC_INSERT)
+        await anyio.to_thread.run_sync(_external_notify, path, TOPIC_INSERT, "committed")
+        holder = apsw.Connection(path)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            assert (await _next(listener)).payload == "committed"
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
