@@ -9,12 +9,13 @@ before doing anything, so two racing migrators apply each version exactly once.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import hashlib
 import logging
 import re
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Literal
@@ -242,12 +243,24 @@ class Migrator:
         async with self._driver.transaction() as tx:
             return await self._existing(tx)
 
-    async def _lock(self, ex: Executor) -> None:
-        if self._driver.dialect == "postgres":
-            digest = hashlib.sha256(f"river_anyio.migrate:{self._prefix}".encode()).digest()
-            key = int.from_bytes(digest[:8], "big", signed=True)
-            await ex.fetch_all("SELECT pg_advisory_xact_lock(%s)", (key,))
-        # SQLite: the driver's transactions are BEGIN IMMEDIATE, which already serialises.
+    @contextlib.asynccontextmanager
+    async def _serialized(self) -> AsyncIterator[None]:
+        """Hold off other river_anyio migrators of this schema for the whole run.
+
+        PostgreSQL: an advisory lock held by a transaction on its own connection, taken before
+        anything is read, so every later transaction starts after the lock is ours and sees
+        what a previous migrator committed (a lock taken inside the version's transaction
+        can leave that backend's catalog cache stale). SQLite: each version's transaction is
+        ``BEGIN IMMEDIATE`` and re-reads the applied versions, which is enough.
+        """
+        if self._driver.dialect != "postgres":
+            yield
+            return
+        digest = hashlib.sha256(f"river_anyio.migrate:{self._prefix}".encode()).digest()
+        key = int.from_bytes(digest[:8], "big", signed=True)
+        async with self._driver.transaction() as lock:
+            await lock.fetch_all("SELECT pg_advisory_xact_lock(%s)", (key,))
+            yield
 
     async def _record(self, ex: Executor, direction: Direction, version: int) -> None:
         ph = self._ph()
@@ -332,6 +345,12 @@ class Migrator:
         """Apply migrations in ``direction``; a dry run returns the SQL without running it."""
         if direction not in ("up", "down"):
             raise ValidationError("direction", "must be 'up' or 'down'", direction)
+        async with self._serialized():
+            return await self._migrate(direction, target_version, max_steps, dry_run)
+
+    async def _migrate(
+        self, direction: Direction, target_version: int | None, max_steps: int | None, dry_run: bool
+    ) -> MigrateResult:
         applied = {m.version for m in await self.existing_versions()}
         plan = self._plan(direction, applied, target_version, max_steps)
         done: list[MigrateVersion] = []
@@ -346,7 +365,6 @@ class Migrator:
                 continue
             start = time.perf_counter()
             async with self._driver.transaction() as tx:
-                await self._lock(tx)
                 now_applied = {m.version for m in await self._existing(tx)}
                 if (migration.version in now_applied) == (direction == "up"):
                     logger.info(
