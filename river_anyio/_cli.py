@@ -37,7 +37,9 @@ def _int_list(text: str) -> list[int]:
     try:
         return [int(p) for p in text.split(",") if p.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
 
 
 def _build_parser() -> _Parser:
@@ -65,7 +67,9 @@ def _build_parser() -> _Parser:
         p = sub.add_parser(name, help=help_text, description=help_text)
         db(p)
         p.add_argument("--dry-run", action="store_true", help="print migrations, don't apply them")
-        p.add_argument("--max-steps", type=int, default=None, help="maximum number of steps to migrate")
+        p.add_argument(
+            "--max-steps", type=int, default=None, help="maximum number of steps to migrate"
+        )
         p.add_argument("--show-sql", action="store_true", help="show SQL of each migration")
         p.add_argument(
             "--target-version",
@@ -105,7 +109,9 @@ def _build_parser() -> _Parser:
 
     p = sub.add_parser("migrate-list", help="List River schema migrations")
     db(p)
-    p = sub.add_parser("validate", help="Validate River schema (non-zero exit if migrations are missing)")
+    p = sub.add_parser(
+        "validate", help="Validate River schema (non-zero exit if migrations are missing)"
+    )
     db(p)
     sub.add_parser("version", help="Print version information")
 
@@ -209,7 +215,9 @@ async def _run(args: argparse.Namespace, out: TextIO, err: TextIO) -> int:
     raise _UsageError(f"unknown command {args.command!r}")
 
 
-def main(argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, stdout: TextIO | None = None, stderr: TextIO | None = None
+) -> int:
     """Run the command line; returns the process exit code."""
     out = stdout or sys.stdout
     err = stderr or sys.stderr

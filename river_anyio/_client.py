@@ -103,7 +103,9 @@ class Client:
 
     # --- building ---------------------------------------------------------------------------
 
-    def _params(self, args: object, opts: InsertOpts | None, field: str = "args") -> JobInsertParams:
+    def _params(
+        self, args: object, opts: InsertOpts | None, field: str = "args"
+    ) -> JobInsertParams:
         return build_insert_params(
             args, opts, client_max_attempts=self._max_attempts, now=utc_now, field=field
         )
@@ -145,7 +147,9 @@ class Client:
         async with self._driver.transaction() as tx:
             return (await self._insert_many_on(tx, params))[0]
 
-    async def insert_tx(self, tx: object, args: object, opts: InsertOpts | None = None) -> InsertResult:
+    async def insert_tx(
+        self, tx: object, args: object, opts: InsertOpts | None = None
+    ) -> InsertResult:
         """Insert one job inside the caller's transaction (visible and notified at its commit)."""
         params = [self._params(args, opts)]
         return (await self._insert_many_on(self._driver.executor_for(tx), params))[0]

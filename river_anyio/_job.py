@@ -154,7 +154,9 @@ def _validate_tags(value: object) -> tuple[str, ...] | None:
         if not isinstance(tag, str):
             raise ValidationError(f"tags[{i}]", f"must be a str, not {type(tag).__name__}", tag)
         if len(tag) > _TAG_MAX:
-            raise ValidationError(f"tags[{i}]", f"tag cannot be longer than {_TAG_MAX} characters", tag)
+            raise ValidationError(
+                f"tags[{i}]", f"tag cannot be longer than {_TAG_MAX} characters", tag
+            )
         if not _TAG_RE.match(tag):
             raise ValidationError(
                 f"tags[{i}]",
@@ -253,8 +255,7 @@ def _by_state_converter(value: object) -> frozenset[JobState] | None:
     if states and missing:  # an empty collection means River's default states
         raise ValidationError(
             "unique.by_state",
-            "UniqueOpts.ByState must contain all required states, missing: "
-            + ", ".join(missing),
+            "UniqueOpts.ByState must contain all required states, missing: " + ", ".join(missing),
             value,
         )
     return frozenset(states)
@@ -294,13 +295,16 @@ class UniqueOpts:
     by_args: bool | tuple[str, ...] = attrs.field(default=False, converter=_by_args_converter)
     by_period: dt.timedelta | None = attrs.field(default=None, validator=_by_period_validator)
     by_queue: bool = False
-    by_state: frozenset[JobState] | None = attrs.field(
-        default=None, converter=_by_state_converter
-    )
+    by_state: frozenset[JobState] | None = attrs.field(default=None, converter=_by_state_converter)
     exclude_kind: bool = False
 
     def __attrs_post_init__(self) -> None:
-        if self.exclude_kind and self.by_args is False and not self.by_queue and self.by_period is None:
+        if (
+            self.exclude_kind
+            and self.by_args is False
+            and not self.by_queue
+            and self.by_period is None
+        ):
             raise ValidationError(
                 "unique.exclude_kind",
                 "UniqueOpts.ExcludeKind requires ByArgs, ByQueue, or ByPeriod",

@@ -118,9 +118,7 @@ def format_rfc3339nano(value: dt.datetime) -> str:
     _require_aware(value)
     frac = f"{value.microsecond:06d}".rstrip("0")
     return (
-        value.strftime("%Y-%m-%dT%H:%M:%S")
-        + (f".{frac}" if frac else "")
-        + _offset_suffix(value)
+        value.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + _offset_suffix(value)
     )
 
 

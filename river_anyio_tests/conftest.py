@@ -51,7 +51,9 @@ def _find_pg_bin() -> Path | None:
         return Path(shutil.which("initdb")).resolve().parent  # type: ignore[arg-type]
     candidates = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
+        key=lambda p: (
+            int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0
+        ),
     )
     return Path(candidates[-1]).parent if candidates else None
 

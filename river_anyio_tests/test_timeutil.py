@@ -63,7 +63,9 @@ def test_parse_rfc3339_keeps_offset_and_requires_one() -> None:
 
 
 def test_format_rfc3339nano_trims_like_go() -> None:
-    assert format_rfc3339nano(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+    assert (
+        format_rfc3339nano(dt.datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+    )
     assert (
         format_rfc3339nano(dt.datetime(2026, 1, 2, 3, 4, 5, 120000, tzinfo=UTC))
         == "2026-01-02T03:04:05.12Z"
@@ -73,7 +75,9 @@ def test_format_rfc3339nano_trims_like_go() -> None:
         format_rfc3339nano(dt.datetime(2026, 1, 2, 3, 4, 5, 1, tzinfo=tz))
         == "2026-01-02T03:04:05.000001+05:30"
     )
-    assert format_rfc3339(dt.datetime(2026, 1, 2, 3, 4, 5, 999, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+    assert (
+        format_rfc3339(dt.datetime(2026, 1, 2, 3, 4, 5, 999, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+    )
 
 
 def test_format_rejects_naive() -> None:

@@ -56,8 +56,7 @@ def dialect_of_url(url: str) -> Dialect:
         return "sqlite"
     raise ConfigError(
         "database_url",
-        "must start with postgres://, postgresql:// or sqlite:/// "
-        f"(got {redact_url(url)!r})",
+        f"must start with postgres://, postgresql:// or sqlite:/// (got {redact_url(url)!r})",
     )
 
 
@@ -86,13 +85,14 @@ def redact_url(url: str) -> str:
 def _missing_extra(extra: str, exc: ImportError) -> ConfigError:
     return ConfigError(
         "database_url",
-        f"this backend requires river_anyio[{extra}]: pip install 'river_anyio[{extra}]' "
-        f"({exc})",
+        f"this backend requires river_anyio[{extra}]: pip install 'river_anyio[{extra}]' ({exc})",
     )
 
 
 @contextlib.asynccontextmanager
-async def open_driver(url: str, *, schema: str | None = None, **options: Any) -> AsyncIterator[Driver]:
+async def open_driver(
+    url: str, *, schema: str | None = None, **options: Any
+) -> AsyncIterator[Driver]:
     """Open the driver a URL names; ``options`` go to ``open_postgres``/``open_sqlite``."""
     dialect = dialect_of_url(url)
     if dialect == "postgres":

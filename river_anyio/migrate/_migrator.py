@@ -129,12 +129,16 @@ def _load(dialect: Dialect, line: str) -> tuple[Migration, ...]:
     migrations = []
     for expected, version in enumerate(sorted(found), start=1):
         if version != expected:
-            raise MigrationError(f"migration versions in {directory} are not contiguous at {expected}")
+            raise MigrationError(
+                f"migration versions in {directory} are not contiguous at {expected}"
+            )
         parts = found[version]
         if set(parts) != {"up", "down"}:
             raise MigrationError(f"migration {version:03d} in {directory} lacks an up or down file")
         migrations.append(
-            Migration(version=version, name=names[version], sql_up=parts["up"], sql_down=parts["down"])
+            Migration(
+                version=version, name=names[version], sql_up=parts["up"], sql_down=parts["down"]
+            )
         )
     return tuple(migrations)
 
@@ -360,7 +364,9 @@ class Migrator:
             )
             if dry_run:
                 done.append(
-                    MigrateVersion(version=migration.version, name=migration.name, sql=sql, duration=0.0)
+                    MigrateVersion(
+                        version=migration.version, name=migration.name, sql=sql, duration=0.0
+                    )
                 )
                 continue
             start = time.perf_counter()
@@ -390,19 +396,29 @@ class Migrator:
                 duration,
             )
             done.append(
-                MigrateVersion(version=migration.version, name=migration.name, sql=sql, duration=duration)
+                MigrateVersion(
+                    version=migration.version, name=migration.name, sql=sql, duration=duration
+                )
             )
         return MigrateResult(direction=direction, versions=tuple(done))
 
     async def up(
-        self, *, target_version: int | None = None, max_steps: int | None = None, dry_run: bool = False
+        self,
+        *,
+        target_version: int | None = None,
+        max_steps: int | None = None,
+        dry_run: bool = False,
     ) -> MigrateResult:
         return await self.migrate(
             "up", target_version=target_version, max_steps=max_steps, dry_run=dry_run
         )
 
     async def down(
-        self, *, target_version: int | None = None, max_steps: int | None = None, dry_run: bool = False
+        self,
+        *,
+        target_version: int | None = None,
+        max_steps: int | None = None,
+        dry_run: bool = False,
     ) -> MigrateResult:
         return await self.migrate(
             "down", target_version=target_version, max_steps=max_steps, dry_run=dry_run

@@ -48,7 +48,9 @@ async def test_insert_returns_the_row(database_url: str) -> None:
     assert (job.queue, job.priority, job.max_attempts, job.attempt) == ("default", 1, 3, 0)
     assert job.tags == ("welcome",)
     # SQLite inserts carry River's duplicate-detection nonce, as River Go's do
-    assert {k: v for k, v in job.metadata.items() if k != "river:unique_nonce"} == {"source": "test"}
+    assert {k: v for k, v in job.metadata.items() if k != "river:unique_nonce"} == {
+        "source": "test"
+    }
     assert job.errors == () and job.attempted_by == () and job.attempted_at is None
     assert job.finalized_at is None
     assert job.created_at.tzinfo is not None

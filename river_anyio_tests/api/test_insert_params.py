@@ -46,7 +46,9 @@ class MethodDefaults:
 
 
 def build(args: object, opts: river.InsertOpts | None = None, **kw: Any):
-    return build_insert_params(args, opts, client_max_attempts=kw.get("client_max", 25), now=lambda: NOW)
+    return build_insert_params(
+        args, opts, client_max_attempts=kw.get("client_max", 25), now=lambda: NOW
+    )
 
 
 def test_river_defaults() -> None:

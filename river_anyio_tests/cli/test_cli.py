@@ -59,7 +59,9 @@ def test_migrate_up_list_validate_down(empty_database_url: str) -> None:
 
     code, out, _ = run("migrate-down", "--database-url", url)
     assert code == 0 and out.startswith(f"applied migration {LATEST:03d} [down]")
-    code, out, _ = run("migrate-down", "--database-url", url, "--max-steps", "2", "--dry-run", "--show-sql")
+    code, out, _ = run(
+        "migrate-down", "--database-url", url, "--max-steps", "2", "--dry-run", "--show-sql"
+    )
     assert code == 0
     assert out.splitlines()[0] == f"migration {LATEST - 1:03d} [down] [DRY RUN]"
     assert "-" * 80 in out and f"-- River main migration {LATEST - 1:03d} [down]" in out
@@ -73,7 +75,9 @@ def test_migrate_get_needs_no_database() -> None:
     code, out, _ = run("migrate-get", "--version", "3", "--up")
     assert code == 0
     assert out.startswith("-- River main migration 003 [up]\n")
-    code, out, _ = run("migrate-get", "--all", "--down", "--exclude-version", "1", "--database-url", "sqlite://")
+    code, out, _ = run(
+        "migrate-get", "--all", "--down", "--exclude-version", "1", "--database-url", "sqlite://"
+    )
     assert code == 0
     headers = [line for line in out.splitlines() if line.startswith("-- River main migration")]
     assert headers[0] == f"-- River main migration {LATEST:03d} [down]"
@@ -91,12 +95,18 @@ def test_migrate_get_needs_no_database() -> None:
         (["migrate-get", "--up"], 2, "one of the arguments --all --version is required"),
         (["migrate-get", "--all", "--up", "--down"], 2, "not allowed with argument"),
         (["migrate-get", "--version", "99", "--up"], 1, "version 99 is not a valid"),
-        (["migrate-up", "--database-url", "sqlite:///x", "--line", "mian"], 1, "did you mean 'main'"),
+        (
+            ["migrate-up", "--database-url", "sqlite:///x", "--line", "mian"],
+            1,
+            "did you mean 'main'",
+        ),
         (["no-such-verb"], 2, "invalid choice"),
         (["migrate-up", "--max-steps", "x"], 2, "invalid int value"),
     ],
 )
-def test_errors_are_one_line_with_nonzero_exit(argv: list[str], code: int, message: str, tmp_path: Path) -> None:
+def test_errors_are_one_line_with_nonzero_exit(
+    argv: list[str], code: int, message: str, tmp_path: Path
+) -> None:
     argv = [a.replace("sqlite:///x", f"sqlite:///{tmp_path / 'x.db'}") for a in argv]
     got, _out, err = run(*argv)
     assert got == code
@@ -117,13 +127,24 @@ def test_password_is_never_printed() -> None:
 
 def test_python_dash_m() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "river_anyio", "version"], capture_output=True, text=True, check=False
+        [sys.executable, "-m", "river_anyio", "version"],
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert proc.returncode == 0 and proc.stdout.startswith("river-anyio version")
 
 
 def test_demo_runs_on_sqlite(tmp_path: Path) -> None:
-    code, out, err = run("demo", "--jobs", "50", "--database-url", f"sqlite:///{tmp_path / 'demo.db'}", "--loop", "trio")
+    code, out, err = run(
+        "demo",
+        "--jobs",
+        "50",
+        "--database-url",
+        f"sqlite:///{tmp_path / 'demo.db'}",
+        "--loop",
+        "trio",
+    )
     assert code == 0, err
     assert "inserted 50 send_email jobs" in out
     assert "second insert skipped as duplicate = True" in out

@@ -27,7 +27,6 @@ from river_anyio.drivers.sqlite._connection import ConnectionThread, path_from_u
 pytestmark = pytest.mark.anyio
 
 
-
 def _path(url: str) -> str:
     return path_from_url(url)
 

@@ -75,7 +75,10 @@ async def test_jobs_inserted_by_riverqueue_read_back_identically(pg_url: str) ->
             with engine.begin() as conn:
                 c = client.insert_tx(conn, SortArgs(strings=["in", "tx"]))
             n = client.insert_many(
-                [SortArgs(strings=["many1"]), riverqueue.InsertManyParams(SortArgs(strings=["many2"]))]
+                [
+                    SortArgs(strings=["many1"]),
+                    riverqueue.InsertManyParams(SortArgs(strings=["many2"])),
+                ]
             )
             assert n == 2
             return [a.job, b.job, c.job]
@@ -112,5 +115,7 @@ async def test_riverqueue_unique_insert_fails_on_current_schema(pg_url: str) -> 
         finally:
             engine.dispose()
 
-    with pytest.raises(Exception, match="no unique or exclusion constraint matching the ON CONFLICT"):
+    with pytest.raises(
+        Exception, match="no unique or exclusion constraint matching the ON CONFLICT"
+    ):
         await anyio.to_thread.run_sync(insert_unique)
