@@ -39,6 +39,20 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+@pytest.fixture(autouse=True)
+def no_blocking_calls_in_river_anyio(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail any test in which river_anyio's own code blocks the event loop (file, socket,
+    sleep, lock calls on the loop thread). blockbuster sees the asyncio loop; the same code
+    paths run under trio."""
+    if "anyio_backend" not in request.fixturenames:
+        yield
+        return
+    from blockbuster import blockbuster_ctx
+
+    with blockbuster_ctx("river_anyio", excluded_modules=["river_anyio_tests"]):
+        yield
+
+
 # --------------------------------------------------------------------------------------------
 # PostgreSQL server
 

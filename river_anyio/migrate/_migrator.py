@@ -104,18 +104,7 @@ def _sql_root() -> Path:
     )
 
 
-def _lines(dialect: Dialect) -> list[str]:
-    return sorted(p.name for p in (_sql_root() / dialect).iterdir() if p.is_dir())
-
-
-@cache
-def _load(dialect: Dialect, line: str) -> tuple[Migration, ...]:
-    directory = _sql_root() / dialect / line
-    if not directory.is_dir():
-        known = _lines(dialect)
-        close = difflib.get_close_matches(line, known, n=3, cutoff=0.5)
-        hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
-        raise MigrationError(f"migration line does not exist: {line}{hint}")
+def _read_line(directory: Path) -> tuple[Migration, ...]:
     found: dict[int, dict[str, str]] = {}
     names: dict[int, str] = {}
     for path in directory.iterdir():
@@ -143,9 +132,36 @@ def _load(dialect: Dialect, line: str) -> tuple[Migration, ...]:
     return tuple(migrations)
 
 
+@cache
+def _catalog() -> dict[tuple[str, str], tuple[Migration, ...]]:
+    """Every shipped migration line of every backend, read once.
+
+    Loaded at import so that migrating never does file I/O on the event loop.
+    """
+    root = _sql_root()
+    return {
+        (dialect_dir.name, line_dir.name): _read_line(line_dir)
+        for dialect_dir in sorted(root.iterdir())
+        if dialect_dir.is_dir()
+        for line_dir in sorted(dialect_dir.iterdir())
+        if line_dir.is_dir()
+    }
+
+
 def all_migrations(dialect: Dialect, line: str = LINE_MAIN) -> tuple[Migration, ...]:
     """Every version of ``line`` for a backend, in ascending order."""
-    return _load(dialect, line)
+    catalog = _catalog()
+    if (dialect, line) in catalog:
+        return catalog[(dialect, line)]
+    known = sorted(name for d, name in catalog if d == dialect)
+    close = difflib.get_close_matches(line, known, n=3, cutoff=0.5)
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    raise MigrationError(f"migration line does not exist: {line}{hint}")
+
+
+# A broken installation is reported when a migration is first asked for, not at import.
+with contextlib.suppress(MigrationError):
+    _catalog()
 
 
 def quote_schema(schema: str | None) -> str:

@@ -144,6 +144,8 @@ def path_from_url(url_or_path: str) -> str:
         )
     if "\x00" in path:
         raise ConfigError(field, "the path contains a NUL character", raw)
+    if os.path.isabs(path):
+        return os.path.normpath(path)  # no system call for the common, absolute case
     return os.path.abspath(path)
 
 
