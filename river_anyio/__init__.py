@@ -10,8 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from ._client import Client as Client
-from ._client import ClientRun as ClientRun
-from ._client import open_client as open_client
+from ._config import QueueConfig as QueueConfig
 from ._errors import ConfigError as ConfigError
 from ._errors import ConnectionLostError as ConnectionLostError
 from ._errors import DatabaseBusyError as DatabaseBusyError
@@ -24,6 +23,10 @@ from ._errors import QueryCanceledError as QueryCanceledError
 from ._errors import RiverError as RiverError
 from ._errors import UniqueViolationError as UniqueViolationError
 from ._errors import ValidationError as ValidationError
+from ._events import Event as Event
+from ._events import EventKind as EventKind
+from ._events import JobTimings as JobTimings
+from ._events import Subscription as Subscription
 from ._insert import InsertManyParams as InsertManyParams
 from ._job import AttemptError as AttemptError
 from ._job import InsertOpts as InsertOpts
@@ -32,33 +35,64 @@ from ._job import JobArgs as JobArgs
 from ._job import JobRow as JobRow
 from ._job import JobState as JobState
 from ._job import UniqueOpts as UniqueOpts
+from ._retry import DefaultRetryPolicy as DefaultRetryPolicy
+from ._retry import RetryPolicy as RetryPolicy
+from ._runtime._supervisor import ClientCrashedError as ClientCrashedError
+from ._runtime._supervisor import ClientRun as ClientRun
+from ._runtime._supervisor import Diagnostics as Diagnostics
+from ._runtime._supervisor import open_client as open_client
+from ._runtime._supervisor import run_client as run_client
 from ._version import __version__ as __version__
+from ._work import Job as Job
+from ._work import WorkContext as WorkContext
+from ._work import Worker as Worker
+from ._work import Workers as Workers
+from ._work import cancel as cancel
+from ._work import discard as discard
+from ._work import snooze as snooze
 
 __all__ = (
     "AttemptError",
     "Client",
+    "ClientCrashedError",
     "ClientRun",
     "ConfigError",
     "ConnectionLostError",
     "DatabaseBusyError",
     "DatabaseError",
+    "DefaultRetryPolicy",
+    "Diagnostics",
+    "Event",
+    "EventKind",
     "InsertManyParams",
     "InsertOpts",
     "InsertResult",
     "IntegrityError",
+    "Job",
     "JobArgs",
     "JobRow",
     "JobState",
+    "JobTimings",
     "MigrationError",
     "NotFoundError",
     "PoolTimeoutError",
     "QueryCanceledError",
+    "QueueConfig",
+    "RetryPolicy",
     "RiverError",
+    "Subscription",
     "UniqueOpts",
     "UniqueViolationError",
     "ValidationError",
+    "WorkContext",
+    "Worker",
+    "Workers",
     "__version__",
+    "cancel",
+    "discard",
     "open_client",
+    "run_client",
+    "snooze",
 )
 
 

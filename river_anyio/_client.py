@@ -13,18 +13,15 @@ import datetime as dt
 import re
 import socket
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any
-
-import attrs
+from collections.abc import Callable, Sequence
 
 from ._errors import ConfigError, ValidationError
 from ._insert import InsertManyParams, build_insert_params
-from ._job import MAX_ATTEMPTS_DEFAULT, InsertOpts, InsertResult, JobState
+from ._job import InsertOpts, InsertResult, JobState
 from ._timeutil import utc_now
-from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams, open_driver
+from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
-__all__ = ["Client", "ClientRun", "default_client_id", "open_client"]
+__all__ = ["Client", "default_client_id"]
 
 _SCHEMA_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _ID_MAX = 100
@@ -88,6 +85,8 @@ class Client:
         self._id = id
         self._max_attempts = max_attempts
         self._limiter = _NotifyLimiter(NOTIFY_COOLDOWN)
+        #: Set by a running client: wakes its own producers after a committed insert.
+        self._after_insert: Callable[[set[str]], None] | None = None
 
     @property
     def id(self) -> str:
@@ -141,11 +140,17 @@ class Client:
 
     # --- public API -------------------------------------------------------------------------
 
+    def _committed(self, params: Sequence[JobInsertParams]) -> None:
+        if self._after_insert is not None:
+            self._after_insert({p.queue for p in params if p.state == JobState.AVAILABLE})
+
     async def insert(self, args: object, opts: InsertOpts | None = None) -> InsertResult:
         """Insert one job in its own transaction; a unique duplicate returns the existing job."""
         params = [self._params(args, opts)]
         async with self._driver.transaction() as tx:
-            return (await self._insert_many_on(tx, params))[0]
+            result = (await self._insert_many_on(tx, params))[0]
+        self._committed(params)
+        return result
 
     async def insert_tx(
         self, tx: object, args: object, opts: InsertOpts | None = None
@@ -158,7 +163,9 @@ class Client:
         """Insert a batch in one statement and one transaction; results in input order."""
         built = self._many(params)
         async with self._driver.transaction() as tx:
-            return await self._insert_many_on(tx, built)
+            results = await self._insert_many_on(tx, built)
+        self._committed(built)
+        return results
 
     async def insert_many_tx(self, tx: object, params: Sequence[object]) -> list[InsertResult]:
         built = self._many(params)
@@ -173,7 +180,8 @@ class Client:
         async with self._driver.transaction() as tx:
             count = await tx.job_insert_fast_many_no_returning(built)
             await self._notify(tx, built)
-            return count
+        self._committed(built)
+        return count
 
     async def insert_many_fast_tx(self, tx: object, params: Sequence[object]) -> int:
         built = self._many(params)
@@ -181,46 +189,3 @@ class Client:
         count = await ex.job_insert_fast_many_no_returning(built)
         await self._notify(ex, built)
         return count
-
-
-@attrs.define(eq=False)
-class ClientRun:
-    """What ``open_client`` yields: the client, and (as the runtime grows) its controls."""
-
-    client: Client
-
-
-@contextlib.asynccontextmanager
-async def open_client(
-    database: str | Driver,
-    *,
-    schema: str | None = None,
-    id: str | None = None,
-    max_attempts: int = MAX_ATTEMPTS_DEFAULT,
-    driver_options: dict[str, Any] | None = None,
-) -> AsyncIterator[ClientRun]:
-    """Open a client on a database URL (``sqlite:///path``, ``postgresql://…``) or a driver.
-
-    A URL opens a driver the client owns and closes; a driver passed in is borrowed and left
-    open. Every argument is validated before anything connects.
-    """
-    schema = _validate_schema(schema)
-    client_id = _validate_id(id) if id is not None else default_client_id()
-    max_attempts = _validate_max_attempts(max_attempts)
-    if driver_options is not None and not isinstance(driver_options, dict):
-        raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
-    if isinstance(database, str):
-        async with open_driver(database, schema=schema, **(driver_options or {})) as driver:
-            yield ClientRun(client=Client(driver, id=client_id, max_attempts=max_attempts))
-        return
-    if not all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
-        raise ConfigError(
-            "database", f"must be a database URL or a driver, not {type(database).__name__}"
-        )
-    if driver_options:
-        raise ConfigError("driver_options", "only applies when opening a database from a URL")
-    if schema is not None and database.schema != schema:
-        raise ConfigError(
-            "schema", f"conflicts with the driver's schema {database.schema!r}", schema
-        )
-    yield ClientRun(client=Client(database, id=client_id, max_attempts=max_attempts))

@@ -12,9 +12,9 @@ from typing import ClassVar, TextIO
 import anyio
 import attrs
 
-from ._client import open_client
 from ._insert import InsertManyParams
 from ._job import InsertOpts, UniqueOpts
+from ._runtime._supervisor import open_client
 from ._timeutil import utc_now
 from .drivers import open_driver, redact_url
 from .migrate import Migrator

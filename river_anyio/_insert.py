@@ -48,6 +48,11 @@ def args_kind(args: object, field: str = "args") -> str:
             f"got {cls.__name__}",
             args,
         )
+    return class_kind(cls, field)
+
+
+def class_kind(cls: type, field: str = "args") -> str:
+    """The validated ``kind`` class attribute of an args class."""
     kind = getattr(cls, "kind", None)
     if not isinstance(kind, str):
         raise ValidationError(

@@ -59,6 +59,49 @@ class InsertedJob:
 
 
 @attrs.frozen(kw_only=True)
+class JobCompletion:
+    """One finished attempt to persist (River's ``JobSetStateIfRunning`` parameters).
+
+    It applies only while the row is still ``running`` for the attempt this client claimed
+    (``attempt`` and the last ``attempted_by`` entry): the attempt guard. Otherwise only
+    ``metadata_updates`` is merged, as River merges metadata whatever the state.
+
+    ``error`` is one encoded errors element, appended. ``attempt_new`` rewrites ``attempt``
+    (snoozes and interruptions give the attempt back). ``finalized_at``/``scheduled_at`` of
+    ``None`` leave the column unchanged, except that ``finalized_at`` is cleared when the
+    target state is not final.
+    """
+
+    id: int
+    attempt: int
+    state: JobState
+    finalized_at: dt.datetime | None = None
+    scheduled_at: dt.datetime | None = None
+    error: bytes | None = None
+    metadata_updates: bytes | None = None
+    attempt_new: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class CompletionResult:
+    """The row after a completion, and whether the state change was applied (the guard held)."""
+
+    job: JobRow
+    applied: bool
+
+
+@attrs.frozen(kw_only=True)
+class QueueRow:
+    """A ``river_queue`` row. ``metadata`` is the decoded JSON object."""
+
+    name: str
+    created_at: dt.datetime
+    metadata: Any
+    paused_at: dt.datetime | None
+    updated_at: dt.datetime
+
+
+@attrs.frozen(kw_only=True)
 class Notification:
     """A received notification: its bare topic (no schema prefix) and JSON payload text."""
 
@@ -101,6 +144,72 @@ class Executor(Protocol):
         limit: int = 100,
     ) -> list[JobRow]:
         """Jobs matching every given filter, ordered by id ascending."""
+        ...
+
+    # --- the runtime's hot path --------------------------------------------------------------
+    async def job_get_available(
+        self,
+        *,
+        queue: str,
+        max_to_lock: int,
+        client_id: str,
+        max_attempted_by: int = 100,
+        kinds: Sequence[str] | None = None,
+    ) -> list[JobRow]:
+        """Claim up to ``max_to_lock`` available jobs of ``queue`` whose time has come.
+
+        River's claim: ``priority, scheduled_at, id`` order, ``FOR UPDATE SKIP LOCKED`` on
+        PostgreSQL; claimed rows become ``running`` with ``attempt + 1``, ``attempted_at`` =
+        the database's now and ``client_id`` appended to ``attempted_by`` (keeping the last
+        ``max_attempted_by``). ``kinds`` restricts the claim to those kinds (fetch only known
+        kinds); ``None`` claims any kind. Returned in claim order.
+        """
+        ...
+
+    async def job_set_state_if_running_many(
+        self, completions: Sequence[JobCompletion], *, client_id: str
+    ) -> list[CompletionResult]:
+        """Persist finished attempts in one statement (PostgreSQL) or one transaction (SQLite).
+
+        River's semantics (state, errors, finalized_at, scheduled_at only while running; a
+        ``retryable``/``scheduled`` target becomes ``cancelled`` when the row carries
+        ``cancel_attempted_at``; metadata merged even when not running: shallow ``||`` on
+        PostgreSQL, ``jsonb_patch`` on SQLite) plus the attempt guard described on
+        :class:`JobCompletion`. One result per completion whose row still exists, in input
+        order.
+        """
+        ...
+
+    async def job_cancel(
+        self, *, job_id: int, cancel_attempted_at: dt.datetime, notify: bool = True
+    ) -> JobRow | None:
+        """River's JobCancel: a running job is flagged (``cancel_attempted_at``) and a
+        ``river_control`` cancel notification is sent; any other non-final job becomes
+        ``cancelled``. Finalized jobs are returned unchanged; a missing one gives None."""
+        ...
+
+    # --- queues -----------------------------------------------------------------------------
+    async def queue_create_or_set_updated_at(
+        self, *, name: str, metadata: bytes = b"{}"
+    ) -> QueueRow:
+        """Insert the queue's row, or bump its ``updated_at`` if it exists; return it."""
+        ...
+
+    async def queue_get(self, name: str) -> QueueRow | None: ...
+
+    async def queue_list(self, *, limit: int = 100) -> list[QueueRow]:
+        """Queues ordered by name."""
+        ...
+
+    async def queue_pause(self, name: str) -> int:
+        """Pause a queue (``"*"`` for all) unless already paused; returns the rows matched.
+
+        Also sends River's ``{"action":"pause","queue":...}`` control notification.
+        """
+        ...
+
+    async def queue_resume(self, name: str) -> int:
+        """Resume a queue (``"*"`` for all); returns the rows matched; notifies as River."""
         ...
 
     # --- notifications ----------------------------------------------------------------------

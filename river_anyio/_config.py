@@ -1,0 +1,273 @@
+"""Client and queue configuration, validated when constructed (every rule a specific error)."""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from ._errors import ConfigError, ValidationError
+from ._job import MAX_ATTEMPTS_DEFAULT, validate_queue_name
+from ._retry import DefaultRetryPolicy, RetryPolicy
+from ._work import Workers
+
+__all__ = ["ClientConfig", "QueueConfig"]
+
+QUEUE_MAX_WORKERS = 10_000
+FETCH_COOLDOWN_DEFAULT = 0.1
+FETCH_COOLDOWN_MIN = 0.001
+FETCH_POLL_INTERVAL_DEFAULT = 1.0
+JOB_TIMEOUT_DEFAULT = 60.0
+JOB_STUCK_THRESHOLD_DEFAULT = 10.0
+_SCHEMA_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+
+
+def seconds(value: object, field: str, *, allow_none: bool = False, minimum: float = 0.0,
+            strictly_positive: bool = False) -> float | None:  # fmt: skip
+    """A duration in seconds from a number or a timedelta, validated."""
+    if value is None:
+        if allow_none:
+            return None
+        raise ConfigError(field, "must be a duration (seconds or timedelta), not None")
+    if isinstance(value, dt.timedelta):
+        value = float(value.total_seconds())
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ConfigError(
+            field, f"must be a number of seconds or a timedelta, not {type(value).__name__}", value
+        )
+    if not math.isfinite(value):
+        raise ConfigError(field, "must be finite", value)
+    if strictly_positive and value <= 0:
+        raise ConfigError(field, "must be greater than zero", value)
+    if value < minimum:
+        raise ConfigError(field, f"must be at least {minimum:g}s", value)
+    return float(value)
+
+
+def _max_workers(_inst: object, _attr: object, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError("max_workers", f"must be an int, not {type(value).__name__}", value)
+    if not 1 <= value <= QUEUE_MAX_WORKERS:
+        raise ConfigError(
+            "max_workers", f"must be between 1 and {QUEUE_MAX_WORKERS:,}, got {value}", value
+        )
+
+
+def _opt_cooldown(value: object) -> float | None:
+    return seconds(value, "fetch_cooldown", allow_none=True, minimum=FETCH_COOLDOWN_MIN)
+
+
+def _opt_poll(value: object) -> float | None:
+    return seconds(value, "fetch_poll_interval", allow_none=True, minimum=FETCH_COOLDOWN_MIN)
+
+
+@attrs.frozen(kw_only=True)
+class QueueConfig:
+    """One queue this client works: how many jobs at once, and optional fetch overrides."""
+
+    max_workers: int = attrs.field(validator=_max_workers)
+    fetch_cooldown: float | None = attrs.field(default=None, converter=_opt_cooldown)
+    fetch_poll_interval: float | None = attrs.field(default=None, converter=_opt_poll)
+
+    def __attrs_post_init__(self) -> None:
+        if (
+            self.fetch_cooldown is not None
+            and self.fetch_poll_interval is not None
+            and self.fetch_poll_interval < self.fetch_cooldown
+        ):
+            raise ConfigError(
+                "fetch_poll_interval",
+                f"cannot be shorter than fetch_cooldown ({self.fetch_cooldown:g}s)",
+                self.fetch_poll_interval,
+            )
+
+
+def _callable_or_none(value: object, field: str, method: str | None = None) -> None:
+    if value is None:
+        return
+    if method is not None and callable(getattr(value, method, None)):
+        return
+    if method is None and callable(value):
+        return
+    want = f"an object with a {method}() method" if method else "callable"
+    raise ConfigError(field, f"must be {want}", value)
+
+
+@attrs.frozen(kw_only=True)
+class ClientConfig:
+    """Everything ``open_client`` was given, validated and defaulted."""
+
+    id: str
+    schema: str | None
+    max_attempts: int
+    queues: Mapping[str, QueueConfig]
+    workers: Workers
+    job_timeout: float | None
+    soft_stop_timeout: float | None
+    fetch_cooldown: float
+    fetch_poll_interval: float
+    poll_only: bool
+    fetch_only_known_kinds: bool
+    retry_policy: RetryPolicy
+    error_handler: Any
+    middleware: tuple[Any, ...]
+    hooks: tuple[Any, ...]
+    job_stuck_threshold: float
+    thread_workers: int
+    process_workers: int
+
+    def queue_cooldown(self, name: str) -> float:
+        q = self.queues[name]
+        return q.fetch_cooldown if q.fetch_cooldown is not None else self.fetch_cooldown
+
+    def queue_poll_interval(self, name: str) -> float:
+        q = self.queues[name]
+        return (
+            q.fetch_poll_interval if q.fetch_poll_interval is not None else self.fetch_poll_interval
+        )
+
+
+def build_config(
+    *,
+    id: str,
+    schema: str | None,
+    max_attempts: object,
+    queues: object,
+    workers: object,
+    job_timeout: object,
+    soft_stop_timeout: object,
+    fetch_cooldown: object,
+    fetch_poll_interval: object,
+    poll_only: object,
+    fetch_only_known_kinds: object,
+    retry_policy: object,
+    error_handler: object,
+    middleware: object,
+    hooks: object,
+    job_stuck_threshold: object,
+    thread_workers: object,
+    process_workers: object,
+) -> ClientConfig:
+    """Validate ``open_client``'s options; raise ConfigError naming the first bad one."""
+    if schema is not None and (
+        not isinstance(schema, str) or not _SCHEMA_RE.match(schema) or len(schema) > 46
+    ):
+        raise ConfigError(
+            "schema", "must match ^[a-zA-Z_][a-zA-Z0-9_]*$ and be at most 46 characters", schema
+        )
+    if not isinstance(id, str) or not id:
+        raise ConfigError("id", "must be a non-empty str", id)
+    if len(id) > 100:
+        raise ConfigError("id", "ID cannot be longer than 100 characters", id)
+    if (
+        isinstance(max_attempts, bool)
+        or not isinstance(max_attempts, int)
+        or not (1 <= max_attempts <= 32767)
+    ):
+        raise ConfigError("max_attempts", "must be an int between 1 and 32767", max_attempts)
+
+    for name, value in (
+        ("poll_only", poll_only),
+        ("fetch_only_known_kinds", fetch_only_known_kinds),
+    ):
+        if not isinstance(value, bool):
+            raise ConfigError(name, "must be a bool", value)
+
+    cooldown = seconds(fetch_cooldown, "fetch_cooldown", minimum=FETCH_COOLDOWN_MIN)
+    poll = seconds(fetch_poll_interval, "fetch_poll_interval", minimum=FETCH_COOLDOWN_MIN)
+    assert cooldown is not None
+    assert poll is not None
+    if poll < cooldown:
+        raise ConfigError(
+            "fetch_poll_interval", f"cannot be shorter than fetch_cooldown ({cooldown:g}s)", poll
+        )
+    timeout = seconds(job_timeout, "job_timeout", allow_none=True, strictly_positive=True)
+    soft = seconds(soft_stop_timeout, "soft_stop_timeout", allow_none=True)
+    stuck = seconds(job_stuck_threshold, "job_stuck_threshold")
+    assert stuck is not None
+
+    if workers is None:
+        workers = Workers()
+    if not isinstance(workers, Workers):
+        raise ConfigError("workers", f"must be a river_anyio.Workers, not {type(workers).__name__}")
+    if queues is None:
+        queues = {}
+    if not isinstance(queues, Mapping):
+        raise ConfigError("queues", "must be a mapping of queue name to QueueConfig", queues)
+    for name, qc in queues.items():
+        try:
+            validate_queue_name(name, f"queues[{name!r}]")
+        except ValidationError as exc:
+            raise ConfigError(exc.field, exc.rule, name) from None
+        if not isinstance(qc, QueueConfig):
+            raise ConfigError(
+                f"queues[{name!r}]", f"must be a QueueConfig, not {type(qc).__name__}", qc
+            )
+        eff_cool = qc.fetch_cooldown if qc.fetch_cooldown is not None else cooldown
+        eff_poll = qc.fetch_poll_interval if qc.fetch_poll_interval is not None else poll
+        if eff_poll < eff_cool:
+            raise ConfigError(
+                f"queues[{name!r}].fetch_poll_interval",
+                f"cannot be shorter than the queue's fetch_cooldown ({eff_cool:g}s)",
+                eff_poll,
+            )
+    if queues and len(workers) == 0:
+        raise ConfigError(
+            "workers", "queues are configured but no workers are registered: add at least one"
+        )
+
+    if retry_policy is None:
+        retry_policy = DefaultRetryPolicy()
+    _callable_or_none(retry_policy, "retry_policy", "next_retry")
+    _callable_or_none(error_handler, "error_handler", "handle_error")
+
+    def seq(value: object, field: str) -> tuple[Any, ...]:
+        if value is None:
+            return ()
+        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+            raise ConfigError(field, "must be a list", value)
+        return tuple(value)
+
+    mws = seq(middleware, "middleware")
+    for i, mw in enumerate(mws):
+        if not any(callable(getattr(mw, m, None)) for m in ("work", "insert")):
+            raise ConfigError(f"middleware[{i}]", "must have a work() and/or insert() method", mw)
+    hks = seq(hooks, "hooks")
+    for i, hook in enumerate(hks):
+        if not any(
+            callable(getattr(hook, m, None)) for m in ("insert_begin", "work_begin", "work_end")
+        ):
+            raise ConfigError(
+                f"hooks[{i}]", "must have insert_begin(), work_begin() and/or work_end()", hook
+            )
+    for name, value in (("thread_workers", thread_workers), ("process_workers", process_workers)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+            raise ConfigError(name, "must be an int between 1 and 1024", value)
+
+    return ClientConfig(
+        id=id,
+        schema=schema,
+        max_attempts=max_attempts,
+        queues=dict(queues),
+        workers=workers,
+        job_timeout=timeout,
+        soft_stop_timeout=soft,
+        fetch_cooldown=cooldown,
+        fetch_poll_interval=poll,
+        poll_only=poll_only,  # type: ignore[arg-type]
+        fetch_only_known_kinds=fetch_only_known_kinds,  # type: ignore[arg-type]
+        retry_policy=retry_policy,  # type: ignore[arg-type]
+        error_handler=error_handler,
+        middleware=mws,
+        hooks=hks,
+        job_stuck_threshold=stuck,
+        thread_workers=thread_workers,  # type: ignore[arg-type]
+        process_workers=process_workers,  # type: ignore[arg-type]
+    )
+
+
+__all__ += ["JOB_TIMEOUT_DEFAULT", "MAX_ATTEMPTS_DEFAULT", "build_config", "seconds"]

@@ -1,0 +1,327 @@
+"""The completion nursery: batches finished attempts into few database writes.
+
+River's BatchCompleter shape: completions are keyed by job id; a 50 ms tick flushes once 100
+are pending or on every 5th tick (about 250 ms when quiet), and a flush is also asked for as
+soon as 100 are pending or when a producer finds its queue drained; batches are written in
+sub-batches of at most 5,000; at 10,000 pending the completer stops taking more (executors
+wait) until fewer than 5,000 are pending.
+
+Each write gets 3 tries of at most 10 s, with 1 s, 2 s and 4 s pauses. If it still fails, a
+transient failure puts the batch back (workers wait for capacity), any other failure drops it
+(the jobs stay ``running`` for the rescuer); both are counted and logged. While stopping, the
+first batch that still fails gives the rest to the rescuer, so stop always finishes.
+
+Producers each hold a clone of the send stream; when the last one closes its clone the
+completer flushes what is left and returns.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import random
+import time
+from collections.abc import Callable
+
+import anyio
+import attrs
+from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .._errors import DatabaseError
+from .._events import Event, EventHub, EventKind, JobTimings
+from .._job import JobRow, JobState
+from ..drivers import CompletionResult, Driver, JobCompletion
+from ._util import Wakeup
+
+__all__ = ["Completer", "CompleterStatistics", "Finished"]
+
+logger = logging.getLogger("river_anyio.completer")
+
+TICK = 0.05
+FLUSH_THRESHOLD = 100
+IDLE_TICKS = 5
+SUB_BATCH = 5_000
+BACKLOG_HIGH = 10_000
+BACKLOG_LOW = 5_000
+TRIES = 3
+TRY_TIMEOUT = 10.0
+PAUSES = (1.0, 2.0, 4.0)
+STREAM_BUFFER = 256
+
+
+@attrs.define(slots=True, eq=False)
+class Finished:
+    """A finished attempt on its way to the database."""
+
+    row: JobRow
+    completion: JobCompletion
+    kind: EventKind
+    error: str | None
+    queue_wait: dt.timedelta
+    run_time: dt.timedelta
+    finished_at: float = attrs.field(factory=time.monotonic)
+
+
+@attrs.frozen(kw_only=True)
+class CompleterStatistics:
+    written: int
+    races: int
+    requeued: int
+    dropped: int
+    pending: int
+
+
+class Completer:
+    """Owns the completion stream's receive side and every write of finished attempts."""
+
+    def __init__(
+        self,
+        driver: Driver,
+        *,
+        client_id: str,
+        events: EventHub,
+        tries: int = TRIES,
+        try_timeout: float = TRY_TIMEOUT,
+        pauses: tuple[float, ...] = PAUSES,
+        final_flush_timeout: float = 60.0,
+        on_dropped: Callable[[list[Finished]], None] | None = None,
+    ) -> None:
+        self._driver = driver
+        self._client_id = client_id
+        self._events = events
+        self._tries = tries
+        self._try_timeout = try_timeout
+        self._pauses = pauses
+        self._final_flush_timeout = final_flush_timeout
+        self._on_dropped = on_dropped
+        self._pending: dict[int, Finished] = {}
+        self._wake = Wakeup()
+        self._below_low = anyio.Event()
+        self._below_low.set()
+        self._stopping = False
+        self._written = 0
+        self._races = 0
+        self._requeued = 0
+        self._dropped = 0
+
+    def statistics(self) -> CompleterStatistics:
+        return CompleterStatistics(
+            written=self._written,
+            races=self._races,
+            requeued=self._requeued,
+            dropped=self._dropped,
+            pending=len(self._pending),
+        )
+
+    def flush_soon(self) -> None:
+        """Ask for a flush now (a producer found its queue drained)."""
+        if self._pending:
+            self._wake.set()
+
+    async def run(
+        self,
+        *,
+        task_status: TaskStatus[MemoryObjectSendStream[Finished]] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        send, receive = anyio.create_memory_object_stream[Finished](STREAM_BUFFER)
+        try:
+            # Shielded: even when the whole run is cancelled, results of interrupted jobs keep
+            # arriving until the last producer closes its stream, and must be written.
+            with anyio.CancelScope(shield=True):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._flush_loop)
+                    task_status.started(send)
+                    await self._receive(receive)
+                    # every producer has closed its stream: the flush loop writes what is left
+                    self._stopping = True
+                    self._wake.set()
+        finally:
+            self._stopping = True
+            with anyio.move_on_after(self._final_flush_timeout, shield=True) as scope:
+                while self._pending:
+                    if not await self._flush_once():
+                        break
+            if scope.cancelled_caught and self._pending:
+                logger.error(
+                    "completer: final flush timed out; %d jobs left running for the rescuer",
+                    len(self._pending),
+                )
+                self._drop(list(self._pending.values()))
+                self._pending.clear()
+
+    async def _receive(self, receive: MemoryObjectReceiveStream[Finished]) -> None:
+        async with receive:
+            async for item in receive:
+                self._pending[item.completion.id] = item
+                n = len(self._pending)
+                if n >= FLUSH_THRESHOLD:
+                    self._wake.set()
+                if n >= BACKLOG_HIGH:
+                    logger.warning("completer: %d completions pending, waiting for the database", n)
+                    self._below_low = anyio.Event()
+                    await self._below_low.wait()
+
+    async def _flush_loop(self) -> None:
+        ticks = 0
+        while True:
+            woken = False
+            with anyio.move_on_after(TICK):
+                await self._wake.wait()
+                woken = True
+            ticks += 1
+            if self._stopping:
+                while self._pending:
+                    if not await self._flush_once():
+                        break
+                return
+            if not self._pending:
+                ticks = 0
+                continue
+            if woken or len(self._pending) >= FLUSH_THRESHOLD or ticks >= IDLE_TICKS:
+                ticks = 0
+                while self._pending:
+                    await self._flush_once()
+                    if len(self._pending) < FLUSH_THRESHOLD:
+                        break
+
+    def _take(self) -> list[Finished]:
+        batch: list[Finished] = []
+        for job_id in list(self._pending)[:SUB_BATCH]:
+            batch.append(self._pending.pop(job_id))
+        return batch
+
+    async def _flush_once(self) -> bool:
+        """Write one sub-batch; False when it failed and was dropped while stopping."""
+        batch = self._take()
+        if not batch:
+            return True
+        try:
+            results, last_error = await self._write(batch)
+        except anyio.get_cancelled_exc_class():
+            # cancelled mid-write (the statement is cancelled with it): keep the batch for
+            # the final, shielded flush
+            for f in batch:
+                self._pending.setdefault(f.completion.id, f)
+            raise
+        if results is not None:
+            self._done(batch, results)
+            return True
+
+        assert last_error is not None
+        transient = isinstance(last_error, TimeoutError) or (
+            isinstance(last_error, DatabaseError) and last_error.transient
+        )
+        if self._stopping:
+            rest = batch + list(self._pending.values())
+            self._pending.clear()
+            logger.error(
+                "completer: stopping with the database failing; %d jobs left running for the "
+                "rescuer",
+                len(rest),
+            )
+            self._drop(rest)
+            self._release_backpressure()
+            return False
+        if transient:
+            for f in batch:  # never overwrite a newer completion for the same job
+                self._pending.setdefault(f.completion.id, f)
+            self._requeued += len(batch)
+            logger.warning(
+                "completer: requeued %d completions after a transient failure", len(batch)
+            )
+        else:
+            self._drop(batch)
+        self._release_backpressure()
+        return True
+
+    async def _write(
+        self, batch: list[Finished]
+    ) -> tuple[list[CompletionResult] | None, BaseException | None]:
+        completions = [f.completion for f in batch]
+        last_error: BaseException | None = None
+        for attempt in range(self._tries):
+            try:
+                with anyio.fail_after(self._try_timeout):
+                    results = await self._driver.executor().job_set_state_if_running_many(
+                        completions, client_id=self._client_id
+                    )
+                return results, None
+            except (DatabaseError, TimeoutError) as exc:
+                last_error = exc
+                transient = isinstance(exc, TimeoutError) or exc.transient
+                logger.log(
+                    logging.WARNING if transient else logging.ERROR,
+                    "completer: writing %d completions failed (try %d of %d): %s",
+                    len(batch),
+                    attempt + 1,
+                    self._tries,
+                    exc,
+                    extra={"river_event": "completion_failed"},
+                )
+                if self._stopping and attempt + 1 == self._tries:
+                    break
+                pause = self._pauses[min(attempt, len(self._pauses) - 1)]
+                await anyio.sleep(pause * (1 + random.uniform(-0.1, 0.1)))
+        return None, last_error
+
+    def _drop(self, items: list[Finished]) -> None:
+        self._dropped += len(items)
+        logger.error(
+            "completer: dropped %d completions; those jobs stay running until rescued",
+            len(items),
+            extra={"river_event": "completion_dropped"},
+        )
+        if self._events.active:
+            self._events.publish(
+                Event(
+                    kind=EventKind.COMPLETION_DROPPED,
+                    details={"job_ids": [f.row.id for f in items]},
+                )
+            )
+        if self._on_dropped is not None:
+            self._on_dropped(items)
+
+    def _release_backpressure(self) -> None:
+        if len(self._pending) < BACKLOG_LOW and not self._below_low.is_set():
+            self._below_low.set()
+
+    def _done(self, batch: list[Finished], results: list[CompletionResult]) -> None:
+        self._written += len(batch)
+        self._release_backpressure()
+        by_id = {r.job.id: r for r in results}
+        races = [f for f in batch if (r := by_id.get(f.row.id)) is not None and not r.applied]
+        self._races += len(races)
+        for f in races:
+            logger.warning(
+                "completer: job %d was no longer running for attempt %d of this client; "
+                "its result was not applied",
+                f.row.id,
+                f.row.attempt,
+                extra={"river_event": "job_race", "job_id": f.row.id},
+            )
+        if not self._events.active:
+            return
+        now = time.monotonic()
+        for f in batch:
+            r = by_id.get(f.row.id)
+            if r is None:
+                continue
+            kind = f.kind
+            if not r.applied:
+                kind = EventKind.JOB_RACE
+            elif r.job.state == JobState.CANCELLED:
+                kind = EventKind.JOB_CANCELLED
+            self._events.publish(
+                Event(
+                    kind=kind,
+                    job=r.job,
+                    queue=r.job.queue,
+                    error=f.error,
+                    timings=JobTimings(
+                        queue_wait=f.queue_wait,
+                        run=f.run_time,
+                        completion=dt.timedelta(seconds=now - f.finished_at),
+                    ),
+                )
+            )

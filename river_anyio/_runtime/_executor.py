@@ -1,0 +1,425 @@
+"""Running one job: its own cancel scope and timeout, the middleware chain, and the outcome.
+
+An attempt ends in exactly one completion handed to the completer:
+
+- returned None: ``completed``;
+- returned ``snooze(d)``: ``available``/``scheduled`` at now + d, the attempt given back;
+- returned ``discard(reason)`` / ``cancel(reason)``: finalized with the reason recorded;
+- raised (or timed out, or unknown kind, or undecodable args): the error is recorded and the
+  job retries per the retry policy, or is discarded when out of attempts;
+- cancelled remotely: ``cancelled`` unless the worker still completed cleanly;
+- interrupted because the client is stopping: back to ``available`` with its attempt restored
+  and no error recorded.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import json
+import logging
+import time
+import traceback
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import anyio.to_thread
+from anyio.streams.memory import MemoryObjectSendStream
+
+from .._config import ClientConfig
+from .._convert import structure_args
+from .._events import EventKind
+from .._job import JobRow, JobState
+from .._retry import DefaultRetryPolicy
+from .._timeutil import format_rfc3339nano
+from .._work import (
+    CancelOutcome,
+    DiscardOutcome,
+    Job,
+    Registration,
+    SnoozeOutcome,
+    WorkContext,
+    _Unset,
+)
+from ..drivers import JobCompletion
+from ._completer import Finished
+from ._util import REMOTE_CANCEL_REASON
+
+if TYPE_CHECKING:
+    from .._client import Client
+    from ._clock import Clock
+
+__all__ = ["JobExecutor", "UnknownJobKindError"]
+
+logger = logging.getLogger("river_anyio.executor")
+
+#: Retries and snoozes due within this are written ``available`` (River's scheduler interval).
+NEAR_FUTURE = dt.timedelta(seconds=5)
+MAX_ERROR_TEXT = 32_768
+_default_policy = DefaultRetryPolicy()
+
+
+class UnknownJobKindError(Exception):
+    """No worker is registered for a claimed job's kind (River's message)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"job kind is not registered in the client's Workers bundle: {kind}")
+
+
+class JobTimeoutError(Exception):
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"job timed out after {seconds:g}s")
+
+
+def _error_text(exc: BaseException) -> str:
+    text = str(exc)
+    name = type(exc).__name__
+    return (f"{name}: {text}" if text else name)[:MAX_ERROR_TEXT]
+
+
+def _trace_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc))[:MAX_ERROR_TEXT]
+
+
+def _snoozes(metadata: Any) -> int:
+    value = metadata.get("snoozes") if isinstance(metadata, dict) else None
+    try:
+        return int(value) if value is not None and not isinstance(value, bool) else 0
+    except (TypeError, ValueError):
+        return 0
+
+
+_PENDING: Any = object()
+
+
+class _Failure:
+    __slots__ = ("exc", "trace")
+
+    def __init__(self, exc: BaseException, trace: bool = True) -> None:
+        self.exc = exc
+        self.trace = trace
+
+
+class JobExecutor:
+    """Executes claimed jobs for one producer."""
+
+    def __init__(
+        self,
+        *,
+        config: ClientConfig,
+        client: Client,
+        clock: Clock,
+        send: MemoryObjectSendStream[Finished],
+        thread_limiter: anyio.CapacityLimiter,
+        process_runner: Callable[..., Awaitable[Any]] | None = None,
+    ) -> None:
+        self._config = config
+        self._client = client
+        self._clock = clock
+        self._send = send
+        self._thread_limiter = thread_limiter
+        self._process_runner = process_runner
+        self.remote_cancelled: set[int] = set()
+
+    async def execute(self, row: JobRow, scopes: dict[int, anyio.CancelScope]) -> None:
+        """Run one job to its completion (or interruption) and hand the result on."""
+        start = self._clock.now()
+        started = time.monotonic()
+        reg = self._config.workers.get(row.kind)
+        result: Any = None
+        job: Job[Any] | None = None
+        try:
+            if reg is None:
+                result = _Failure(UnknownJobKindError(row.kind), trace=False)
+            else:
+                try:
+                    job = Job(row, structure_args(row.args, reg.args_cls))
+                except Exception as exc:
+                    result = _Failure(ValueError(f"cannot decode args of {row.kind!r}: {exc}"))
+            if reg is not None and job is not None:
+                own = reg.job_timeout(job)
+                timeout = self._config.job_timeout if isinstance(own, _Unset) else own
+                deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
+                ctx = WorkContext(
+                    client=self._client,
+                    job=row,
+                    deadline=None if timeout is None else deadline,
+                    logger=logging.LoggerAdapter(
+                        logging.getLogger("river_anyio.worker"),
+                        {"job_id": row.id, "job_kind": row.kind, "queue": row.queue},
+                    ),
+                )
+                result = _PENDING
+                with anyio.CancelScope(deadline=deadline) as scope:
+                    scopes[row.id] = scope
+                    try:
+                        result = await self._invoke(reg, ctx, job)
+                    except Exception as exc:
+                        result = _Failure(exc)
+                    finally:
+                        if scope.cancel_called:
+                            ctx.cancelled.set()
+                remote = row.id in self.remote_cancelled
+                if result is _PENDING:  # our own scope stopped the worker
+                    if remote:
+                        result = CancelOutcome(REMOTE_CANCEL_REASON)
+                    else:
+                        assert timeout is not None
+                        result = _Failure(JobTimeoutError(timeout), trace=False)
+                elif remote and result is not None:
+                    # River: once cancelled remotely, anything but a clean success cancels
+                    result = CancelOutcome(REMOTE_CANCEL_REASON)
+                if isinstance(result, _Failure) and not remote:
+                    result = await self._handle_error(row, result)
+                finished = self._finish(row, reg, job, result, start, started, ctx)
+            else:
+                if isinstance(result, _Failure):
+                    result = await self._handle_error(row, result)
+                finished = self._finish(row, reg, job, result, start, started, None)
+        except anyio.get_cancelled_exc_class():
+            # The client is stopping and cancelled this job: give it back, unharmed.
+            finished = self._interrupted(row, start, started)
+            with anyio.CancelScope(shield=True):
+                await self._send.send(finished)
+            raise
+        finally:
+            scopes.pop(row.id, None)
+            self.remote_cancelled.discard(row.id)
+        with anyio.CancelScope(shield=True):
+            await self._send.send(finished)
+
+    async def _invoke(self, reg: Registration, ctx: WorkContext, job: Job[Any]) -> Any:
+        async def innermost(ctx: WorkContext, job: Job[Any]) -> Any:
+            await self._hooks("work_begin", ctx, job)
+            error: BaseException | None = None
+            try:
+                if reg.run_in == "loop":
+                    return await reg.work(ctx, job)
+                if reg.run_in == "thread":
+                    return await self._in_thread(reg, ctx, job)
+                if self._process_runner is None:
+                    raise RuntimeError("process workers are not available")
+                return await self._process_runner(reg, ctx, job)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                await self._hooks("work_end", ctx, job, error)
+
+        call: Callable[[WorkContext, Job[Any]], Awaitable[Any]] = innermost
+        for mw in reversed(self._config.middleware):
+            work = getattr(mw, "work", None)
+            if work is None:
+                continue
+            call = _wrap(work, call)
+        return await call(ctx, job)
+
+    async def _in_thread(self, reg: Registration, ctx: WorkContext, job: Job[Any]) -> Any:
+        async with anyio.create_task_group() as tg:
+
+            async def tell_thread_on_cancel() -> None:
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    ctx.cancelled.set()
+
+            tg.start_soon(tell_thread_on_cancel)
+            try:
+                return await anyio.to_thread.run_sync(
+                    reg.work, ctx, job, limiter=self._thread_limiter
+                )
+            finally:
+                tg.cancel_scope.cancel()
+
+    async def _hooks(self, name: str, *args: Any) -> None:
+        for hook in self._config.hooks:
+            fn = getattr(hook, name, None)
+            if fn is None:
+                continue
+            try:
+                res = fn(*args)
+                if inspect.isawaitable(res):
+                    await res
+            except Exception:
+                logger.exception("hook %s.%s raised; ignored", type(hook).__name__, name)
+
+    async def _handle_error(self, row: JobRow, failure: _Failure) -> Any:
+        handler = self._config.error_handler
+        if handler is None:
+            return failure
+        try:
+            res = handler.handle_error(row, failure.exc)
+            if inspect.isawaitable(res):
+                res = await res
+        except Exception:
+            logger.exception("error handler raised while handling job %d; ignored", row.id)
+            return failure
+        if res is not None and getattr(res, "set_cancelled", False):
+            return _CancelAfterError(failure)
+        return failure
+
+    # --- completions ------------------------------------------------------------------------
+
+    def _finish(
+        self,
+        row: JobRow,
+        reg: Registration | None,
+        job: Job[Any] | None,
+        result: Any,
+        start: dt.datetime,
+        started: float,
+        ctx: WorkContext | None,
+    ) -> Finished:
+        now = self._clock.now()
+        meta: dict[str, Any] = dict(ctx._metadata_updates) if ctx is not None else {}
+        error_text: str | None = None
+        kind = EventKind.JOB_COMPLETED
+        params: dict[str, Any] = {"id": row.id, "attempt": row.attempt}
+
+        def err_elem(exc: BaseException, trace: bool, prefix: str = "") -> bytes:
+            nonlocal error_text
+            error_text = (prefix + _error_text(exc))[:MAX_ERROR_TEXT]
+            return json.dumps(
+                {
+                    "at": format_rfc3339nano(start),
+                    "attempt": row.attempt,
+                    "error": error_text,
+                    "trace": _trace_text(exc) if trace else "",
+                },
+                separators=(",", ":"),
+            ).encode()
+
+        if result is None:
+            params.update(state=JobState.COMPLETED, finalized_at=now)
+        elif isinstance(result, SnoozeOutcome):
+            kind = EventKind.JOB_SNOOZED
+            meta["snoozes"] = _snoozes(row.metadata) + 1
+            at = now + result.duration
+            params.update(
+                state=JobState.AVAILABLE if result.duration <= NEAR_FUTURE else JobState.SCHEDULED,
+                scheduled_at=at,
+                attempt_new=max(row.attempt - 1, 0),
+            )
+        elif isinstance(result, CancelOutcome):
+            kind = EventKind.JOB_CANCELLED
+            params.update(
+                state=JobState.CANCELLED,
+                finalized_at=now,
+                error=err_elem(Exception(result.reason), False, "JobCancelError: "),
+            )
+            error_text = f"JobCancelError: {result.reason}"
+        elif isinstance(result, _CancelAfterError):
+            kind = EventKind.JOB_CANCELLED
+            params.update(
+                state=JobState.CANCELLED,
+                finalized_at=now,
+                error=err_elem(result.failure.exc, result.failure.trace),
+            )
+        elif isinstance(result, DiscardOutcome):
+            kind = EventKind.JOB_FAILED
+            params.update(
+                state=JobState.DISCARDED,
+                finalized_at=now,
+                error=err_elem(Exception(result.reason), False, "JobDiscardError: "),
+            )
+            error_text = f"JobDiscardError: {result.reason}"
+        else:
+            if not isinstance(result, _Failure):
+                result = _Failure(
+                    TypeError(
+                        f"worker for {row.kind!r} returned {type(result).__name__}; expected "
+                        "None or an outcome (snooze, discard, cancel)"
+                    ),
+                    trace=False,
+                )
+            kind = EventKind.JOB_FAILED
+            elem = err_elem(result.exc, result.trace)
+            if row.attempt >= row.max_attempts:
+                params.update(state=JobState.DISCARDED, finalized_at=now, error=elem)
+            else:
+                nxt = self._next_retry(row, reg, job, now)
+                params.update(
+                    state=JobState.AVAILABLE if nxt - now <= NEAR_FUTURE else JobState.RETRYABLE,
+                    scheduled_at=nxt,
+                    error=elem,
+                )
+            if reg is not None:
+                logger.info(
+                    "job %d (%s) failed on attempt %d: %s",
+                    row.id,
+                    row.kind,
+                    row.attempt,
+                    error_text,
+                    extra={"river_event": "job_failed", "job_id": row.id},
+                )
+            else:
+                logger.warning(
+                    "job %d: %s", row.id, error_text, extra={"river_event": "job_unknown_kind"}
+                )
+        if meta:
+            params["metadata_updates"] = json.dumps(meta, separators=(",", ":")).encode()
+        return Finished(
+            row=row,
+            completion=JobCompletion(**params),
+            kind=kind,
+            error=error_text,
+            queue_wait=max(start - row.scheduled_at, dt.timedelta(0)),
+            run_time=dt.timedelta(seconds=time.monotonic() - started),
+        )
+
+    def _next_retry(
+        self, row: JobRow, reg: Registration | None, job: Job[Any] | None, now: dt.datetime
+    ) -> dt.datetime:
+        nxt: dt.datetime | None = None
+        if reg is not None and job is not None:
+            try:
+                nxt = reg.next_retry(job)
+            except Exception:
+                logger.exception("next_retry of %s raised; using the retry policy", row.kind)
+        if nxt is None:
+            try:
+                nxt = self._config.retry_policy.next_retry(row, now)
+            except Exception:
+                logger.exception("retry policy raised; using River's default")
+        if nxt is None or nxt < now:
+            if nxt is not None:
+                logger.warning("next retry for job %d is in the past; using the default", row.id)
+            nxt = _default_policy.next_retry(row, now)
+        return nxt
+
+    def _interrupted(self, row: JobRow, start: dt.datetime, started: float) -> Finished:
+        now = self._clock.now()
+        return Finished(
+            row=row,
+            completion=JobCompletion(
+                id=row.id,
+                attempt=row.attempt,
+                state=JobState.AVAILABLE,
+                scheduled_at=now,
+                attempt_new=max(row.attempt - 1, 0),
+            ),
+            kind=EventKind.JOB_INTERRUPTED,
+            error=None,
+            queue_wait=max(start - row.scheduled_at, dt.timedelta(0)),
+            run_time=dt.timedelta(seconds=time.monotonic() - started),
+        )
+
+
+class _CancelAfterError:
+    """The error handler asked to cancel the job instead of retrying it."""
+
+    __slots__ = ("failure",)
+
+    def __init__(self, failure: _Failure) -> None:
+        self.failure = failure
+
+
+def _wrap(
+    mw_work: Callable[..., Awaitable[Any]],
+    nxt: Callable[[WorkContext, Job[Any]], Awaitable[Any]],
+) -> Callable[[WorkContext, Job[Any]], Awaitable[Any]]:
+    async def call(ctx: WorkContext, job: Job[Any]) -> Any:
+        return await mw_work(ctx, job, nxt)
+
+    return call

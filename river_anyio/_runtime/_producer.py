@@ -1,0 +1,313 @@
+"""One producer per queue: claims jobs into free worker slots and runs them in its job nursery.
+
+Fetch triggers (River's): start-up; an insert notification for this queue, debounced on the
+leading edge at ``fetch_cooldown``; the poll timer every ``fetch_poll_interval`` plus jitter
+``U[0, max(interval/10, 10 ms))``; a resume. Beyond River, freed slots are refilled promptly
+while a backlog exists (the last claim filled every free slot): once a worthwhile share of the
+slots is free (half of them, at most 25) a claim runs without waiting for the cooldown, so a
+busy queue is not capped at one claim per cooldown. The cooldown still guards against
+notification storms.
+
+Shutdown: ``stop_fetching()`` ends the fetch loop; the job nursery then waits for running jobs,
+whose cancellation (timeout escalation or stop-and-cancel) comes from the enclosing scope.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import random
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from .._errors import DatabaseError
+from .._events import Event, EventHub, EventKind
+from .._job import JobRow
+from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, Driver, Notification
+from ._completer import Completer, Finished
+from ._executor import JobExecutor
+from ._util import REMOTE_CANCEL_REASON, Backoff, Wakeup
+
+if TYPE_CHECKING:
+    from .._config import ClientConfig
+    from ._notifier import Notifier
+
+__all__ = ["Producer"]
+
+logger = logging.getLogger("river_anyio.producer")
+
+HOT_OPERATION_TIMEOUT = 10.0
+MAX_ATTEMPTED_BY = 100
+QUEUE_REPORT_INTERVAL = 600.0
+QUEUE_SETTINGS_POLL = 2.0
+
+
+class Producer:
+    """Works one queue. Started with ``await tg.start(producer.run)``."""
+
+    def __init__(
+        self,
+        *,
+        queue: str,
+        config: ClientConfig,
+        driver: Driver,
+        executor: JobExecutor,
+        completer: Completer,
+        send: MemoryObjectSendStream[Finished],
+        events: EventHub,
+        notifier: Notifier | None,
+    ) -> None:
+        self.queue = queue
+        self._config = config
+        self._driver = driver
+        self._executor = executor
+        self._completer = completer
+        self._send = send
+        self._events = events
+        self._notifier = notifier
+        self._max_workers = config.queues[queue].max_workers
+        self._cooldown = config.queue_cooldown(queue)
+        self._poll_interval = config.queue_poll_interval(queue)
+        self._refill_at = max(1, min(25, math.ceil(self._max_workers / 2)))
+        self._kinds = config.workers.kinds() if config.fetch_only_known_kinds else None
+        self._active: dict[int, JobRow] = {}
+        self._scopes: dict[int, anyio.CancelScope] = {}
+        self._wake = Wakeup()
+        self._urgent = False
+        self._backlog = False
+        self._paused = False
+        self._fetch_scope: anyio.CancelScope | None = None
+        self._stopping = False
+        self._backoff = Backoff()
+        self.fetches = 0
+
+    # --- controls (called by the supervisor and the notifier) ---------------------------------
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
+    @property
+    def active_jobs(self) -> int:
+        return len(self._active)
+
+    def stop_fetching(self) -> None:
+        """Stop claiming jobs; running jobs carry on."""
+        self._stopping = True
+        if self._fetch_scope is not None:
+            self._fetch_scope.cancel("client stopping")
+
+    def trigger(self) -> None:
+        """Ask for a fetch (subject to the cooldown)."""
+        self._wake.set()
+
+    def cancel_job(self, job_id: int) -> bool:
+        """Cancel a running job of this producer (a remote cancel); True if it was running."""
+        scope = self._scopes.get(job_id)
+        if scope is None:
+            return False
+        self._executor.remote_cancelled.add(job_id)
+        scope.cancel(REMOTE_CANCEL_REASON)
+        logger.warning(
+            "job %d cancelled remotely", job_id, extra={"river_event": "job_cancel_remote"}
+        )
+        return True
+
+    def set_paused(self, paused: bool) -> None:
+        if paused == self._paused:
+            return
+        self._paused = paused
+        kind = EventKind.QUEUE_PAUSED if paused else EventKind.QUEUE_RESUMED
+        logger.info("queue %s %s", self.queue, "paused" if paused else "resumed")
+        self._events.publish(Event(kind=kind, queue=self.queue))
+        if not paused:
+            self._urgent = True
+            self._wake.set()
+
+    async def reconcile(self) -> None:
+        """After missed notifications: re-poll the queue, and cancel running jobs that were
+        cancelled remotely meanwhile."""
+        self.trigger()
+        if not self._active:
+            return
+        try:
+            rows = await self._driver.executor().job_list(
+                ids=list(self._active), limit=len(self._active)
+            )
+        except DatabaseError as exc:
+            logger.warning("producer %s: reconciling cancellations failed: %s", self.queue, exc)
+            return
+        for row in rows:
+            if "cancel_attempted_at" in row.metadata:
+                self.cancel_job(row.id)
+        if not self._config.poll_only:
+            await self._poll_settings_once()
+
+    # --- the service --------------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        with anyio.fail_after(HOT_OPERATION_TIMEOUT):
+            row = await self._driver.executor().queue_create_or_set_updated_at(name=self.queue)
+        self._paused = row.paused_at is not None
+        receive = self._notifier.subscribe(self) if self._notifier is not None else None
+        async with self._send, anyio.create_task_group() as services:
+            if receive is not None:
+                services.start_soon(self._notifications, receive)
+            elif self._config.poll_only:
+                services.start_soon(self._poll_settings)
+            services.start_soon(self._report_queue)
+            async with anyio.create_task_group() as jobs:
+                with anyio.CancelScope() as self._fetch_scope:
+                    task_status.started()
+                    if not self._stopping:
+                        await self._fetch_loop(jobs)
+            # every job has finished and been handed to the completer
+            services.cancel_scope.cancel("producer stopped")
+        if self._notifier is not None:
+            self._notifier.unsubscribe(self)
+
+    def _poll_delay(self) -> float:
+        p = self._poll_interval
+        return p + random.uniform(0, max(p / 10, 0.01))
+
+    async def _fetch_loop(self, jobs: TaskGroup) -> None:
+        last = -math.inf
+        next_poll = anyio.current_time() + self._poll_delay()
+        self._urgent = True  # fetch at start
+        while True:
+            if not self._urgent:
+                with anyio.move_on_after(max(0.0, next_poll - anyio.current_time())):
+                    await self._wake.wait()
+            now = anyio.current_time()
+            if now >= next_poll:
+                next_poll = now + self._poll_delay()
+            if not self._urgent and now - last < self._cooldown:
+                # leading-edge debounce: at most one non-urgent fetch per cooldown
+                await anyio.sleep(last + self._cooldown - now)
+            self._urgent = False
+            self._wake.clear()
+            last = anyio.current_time()
+            delay = await self._fetch_once(jobs)
+            if delay:
+                next_poll = anyio.current_time() + delay
+                self._wake.clear()
+                self._urgent = False
+                await anyio.sleep(delay)
+
+    async def _fetch_once(self, jobs: TaskGroup) -> float:
+        """Claim into free slots; returns a back-off delay after a failure, else 0."""
+        if self._paused:
+            return 0.0
+        limit = self._max_workers - len(self._active)
+        if limit <= 0:
+            self._backlog = True
+            return 0.0
+        self.fetches += 1
+        try:
+            # Shielded: a claim cut short after the server committed would strand its jobs.
+            with anyio.CancelScope(shield=True), anyio.fail_after(HOT_OPERATION_TIMEOUT):
+                rows = await self._driver.executor().job_get_available(
+                    queue=self.queue,
+                    max_to_lock=limit,
+                    client_id=self._client_id,
+                    max_attempted_by=MAX_ATTEMPTED_BY,
+                    kinds=self._kinds,
+                )
+        except (DatabaseError, TimeoutError) as exc:
+            delay = self._backoff.next_delay()
+            transient = isinstance(exc, TimeoutError) or exc.transient
+            logger.log(
+                logging.WARNING if transient else logging.ERROR,
+                "producer %s: fetching jobs failed (retrying in %.2fs): %s",
+                self.queue,
+                delay,
+                exc,
+                extra={"river_event": "fetch_failed", "queue": self.queue},
+            )
+            return delay
+        self._backoff.reset()
+        for row in rows:
+            self._active[row.id] = row
+            jobs.start_soon(self._run_job, row, name=f"river job {row.id}")
+        self._backlog = len(rows) == limit
+        if not self._backlog:
+            self._completer.flush_soon()  # the queue is drained: write results promptly
+        return 0.0
+
+    @property
+    def _client_id(self) -> str:
+        return self._config.id
+
+    async def _run_job(self, row: JobRow) -> None:
+        try:
+            await self._executor.execute(row, self._scopes)
+        finally:
+            self._active.pop(row.id, None)
+            if (
+                self._backlog
+                and not self._stopping
+                and self._max_workers - len(self._active) >= self._refill_at
+            ):
+                self._backlog = False
+                self._urgent = True
+                self._wake.set()
+
+    # --- notifications and periodic work ------------------------------------------------------
+
+    async def _notifications(self, receive: MemoryObjectReceiveStream[Notification]) -> None:
+        async with receive:
+            async for note in receive:
+                try:
+                    payload: Any = json.loads(note.payload)
+                except ValueError:
+                    logger.warning(
+                        "producer %s: malformed notification %r", self.queue, note.payload
+                    )
+                    continue
+                if not isinstance(payload, dict):
+                    continue
+                if note.topic == TOPIC_INSERT:
+                    if payload.get("queue") == self.queue and not self._stopping:
+                        self.trigger()
+                elif note.topic == TOPIC_CONTROL:
+                    self._control(payload)
+
+    def _control(self, payload: dict[str, Any]) -> None:
+        action = payload.get("action")
+        queue = payload.get("queue")
+        if action == "cancel":
+            job_id = payload.get("job_id")
+            if queue == self.queue and isinstance(job_id, int):
+                self.cancel_job(job_id)
+        elif action in ("pause", "resume") and queue in (self.queue, "*"):
+            self.set_paused(action == "pause")
+        # metadata_changed and unknown actions: nothing to do in the open-source runtime
+
+    async def _poll_settings(self) -> None:
+        while True:
+            await anyio.sleep(QUEUE_SETTINGS_POLL)
+            await self._poll_settings_once()
+
+    async def _poll_settings_once(self) -> None:
+        try:
+            with anyio.fail_after(HOT_OPERATION_TIMEOUT):
+                row = await self._driver.executor().queue_get(self.queue)
+        except (DatabaseError, TimeoutError) as exc:
+            logger.warning("producer %s: reading queue settings failed: %s", self.queue, exc)
+            return
+        if row is not None:
+            self.set_paused(row.paused_at is not None)
+
+    async def _report_queue(self) -> None:
+        await anyio.sleep(random.uniform(0, 1))
+        while True:
+            await anyio.sleep(QUEUE_REPORT_INTERVAL)
+            try:
+                with anyio.fail_after(HOT_OPERATION_TIMEOUT):
+                    await self._driver.executor().queue_create_or_set_updated_at(name=self.queue)
+            except (DatabaseError, TimeoutError) as exc:
+                logger.warning("producer %s: queue keep-alive failed: %s", self.queue, exc)

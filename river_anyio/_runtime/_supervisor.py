@@ -1,0 +1,439 @@
+"""The client run: one task group, nested scopes, and the exception policy at its boundary.
+
+::
+
+    run_client                        (root task group)
+    ├─ lag monitor
+    ├─ notifier.run                   ready once listening (start fails otherwise)
+    ├─ completer.run                  the completion nursery; outlives every job
+    ├─ leader scope                   (its services arrive with leadership)
+    └─ producers task group           the inner scope: stop escalation lands here
+         └─ producer[q].run (×queues)
+              └─ job nursery → executor per job
+
+Soft stop (``run.stop(timeout)``, or leaving ``open_client``'s body normally): producers stop
+claiming; running jobs may finish; when the timeout passes the producers' scope is cancelled
+with reason "soft stop timeout" and the jobs still running are interrupted (back to
+``available``, attempt restored, no error). ``run.stop_and_cancel()`` cancels them at once.
+When every producer has exited the completer flushes and returns, then the notifier and the
+rest are cancelled. Many stop calls share one shutdown; the client never installs signal
+handlers.
+
+Exceptions leaving ``open_client``: the body's own exception propagates unchanged (after a
+stop-and-cancel); a failure of an internal service raises :class:`ClientCrashedError` with the
+exception group as ``__cause__``; a start-up failure is raised as itself; cancellation and
+``KeyboardInterrupt`` are never wrapped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import attrs
+from anyio.abc import TaskStatus
+
+from .._client import Client, default_client_id
+from .._config import ClientConfig, build_config
+from .._errors import ConfigError, RiverError
+from .._events import Event, EventHub, EventKind, Subscription
+from .._job import MAX_ATTEMPTS_DEFAULT
+from .._work import UNSET
+from ..drivers import Driver, dialect_of_url, open_driver
+from ._clock import Clock, SystemClock
+from ._completer import Completer, CompleterStatistics
+from ._executor import JobExecutor
+from ._notifier import Notifier
+from ._producer import Producer
+from ._util import STOP_AND_CANCEL_REASON, STOP_TIMEOUT_REASON
+
+__all__ = ["ClientCrashedError", "ClientRun", "Diagnostics", "open_client", "run_client"]
+
+logger = logging.getLogger("river_anyio.client")
+
+LAG_SAMPLE = 1.0
+LAG_WARN = 0.1
+
+
+class ClientCrashedError(RiverError):
+    """An internal service of a running client failed; the run was stopped and cleaned up.
+
+    The failures are in ``__cause__`` (an exception group).
+    """
+
+
+@attrs.frozen(kw_only=True)
+class QueueDiagnostics:
+    active_jobs: int
+    paused: bool
+    fetches: int
+
+
+@attrs.frozen(kw_only=True)
+class Diagnostics:
+    """A snapshot of a running client's internals."""
+
+    loop_lag: float
+    loop_lag_max: float
+    queues: dict[str, QueueDiagnostics]
+    completer: CompleterStatistics | None
+    notifier_reconnects: int
+    notifications_dropped: int
+    stopping: bool
+
+
+class ClientRun:
+    """A running client: ``client`` plus stop controls, events and diagnostics."""
+
+    def __init__(self, client: Client, config: ClientConfig, events: EventHub) -> None:
+        self.client = client
+        self.config = config
+        self._events = events
+        self._stop_requested = anyio.Event()
+        self._stopped = anyio.Event()
+        self._stop_timeout: float | None = math.inf
+        self._cancel_jobs = False
+        self._producers_scope: anyio.CancelScope | None = None
+        self._escalation: anyio.CancelScope | None = None
+        self._producers: dict[str, Producer] = {}
+        self._completer: Completer | None = None
+        self._notifier: Notifier | None = None
+        self._lag = 0.0
+        self._lag_max = 0.0
+        self._started = False
+
+    # --- controls -----------------------------------------------------------------------------
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Begin a graceful stop: stop claiming, let running jobs finish, and cancel them once
+        ``timeout`` seconds have passed (``None``: wait for them however long it takes).
+        Returns at once; ``await run.wait()`` for the end."""
+        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+            raise ConfigError(
+                "timeout", "must be a non-negative number of seconds or None", timeout
+            )
+        limit = math.inf if timeout is None else float(timeout)
+        first = not self._stop_requested.is_set()
+        if first or limit < (self._stop_timeout or math.inf):
+            self._stop_timeout = limit
+        self._stop_requested.set()
+        if not first and self._escalation is not None:
+            self._escalation.cancel("stop timeout shortened")  # re-armed by the stopper
+
+    def stop_and_cancel(self) -> None:
+        """Stop now: running jobs are cancelled and made available again (interrupted)."""
+        self._cancel_jobs = True
+        self._stop_requested.set()
+        if self._producers_scope is not None:
+            self._producers_scope.cancel(STOP_AND_CANCEL_REASON)
+
+    async def wait(self) -> None:
+        """Wait until the run has fully stopped."""
+        await self._stopped.wait()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop_requested.is_set()
+
+    def subscribe(self, *kinds: EventKind | str) -> Subscription:
+        """Events of the given kinds (all when none given), in a bounded buffer of 1,000."""
+        return self._events.subscribe(kinds)
+
+    @property
+    def diagnostics(self) -> Diagnostics:
+        return Diagnostics(
+            loop_lag=self._lag,
+            loop_lag_max=self._lag_max,
+            queues={
+                name: QueueDiagnostics(
+                    active_jobs=p.active_jobs, paused=p.paused, fetches=p.fetches
+                )
+                for name, p in self._producers.items()
+            },
+            completer=self._completer.statistics() if self._completer is not None else None,
+            notifier_reconnects=self._notifier.reconnects if self._notifier else 0,
+            notifications_dropped=self._notifier.dropped if self._notifier else 0,
+            stopping=self.stopping,
+        )
+
+    def _trigger_queues(self, queues: set[str]) -> None:
+        for q in queues:
+            p = self._producers.get(q)
+            if p is not None:
+                p.trigger()
+
+    # --- the run ------------------------------------------------------------------------------
+
+    async def _lag_monitor(self) -> None:
+        while True:
+            start = anyio.current_time()
+            await anyio.sleep(LAG_SAMPLE)
+            lag = max(0.0, anyio.current_time() - start - LAG_SAMPLE)
+            self._lag = lag
+            self._lag_max = max(self._lag_max, lag)
+            if lag > LAG_WARN:
+                logger.warning(
+                    "event loop lag %.0f ms", lag * 1000, extra={"river_event": "loop_lag"}
+                )
+                self._events.publish(Event(kind=EventKind.LOOP_LAG, details={"lag": lag}))
+
+    async def _stopper(self) -> None:
+        """Turns a stop request into scope cancellations (fetching first, then jobs)."""
+        await self._stop_requested.wait()
+        logger.info("client %s stopping", self.client.id)
+        for producer in self._producers.values():
+            producer.stop_fetching()
+        while True:
+            with anyio.CancelScope() as self._escalation:
+                timeout = self._stop_timeout
+                if timeout is not None and math.isfinite(timeout):
+                    await anyio.sleep(timeout)
+                    if self._producers_scope is not None:
+                        logger.warning("soft stop timeout passed; cancelling running jobs")
+                        self._producers_scope.cancel(STOP_TIMEOUT_REASON)
+                    return
+                await anyio.sleep_forever()
+            # a shorter timeout was asked for: re-arm
+
+    async def _run(
+        self,
+        driver: Driver,
+        clock: Clock,
+        *,
+        task_status: TaskStatus[ClientRun],
+    ) -> None:
+        config = self.config
+        try:
+            async with anyio.create_task_group() as root:
+                root.start_soon(self._lag_monitor, name="river lag monitor")
+                notifier: Notifier | None = None
+                if config.queues and not config.poll_only and driver.supports_listen_notify:
+                    notifier = Notifier(driver)
+                    await root.start(notifier.run, name="river notifier")
+                self._notifier = notifier
+                completer = Completer(driver, client_id=config.id, events=self._events)
+                self._completer = completer
+                completer_done = anyio.Event()
+
+                async def run_completer(*, task_status: TaskStatus[Any]) -> None:
+                    try:
+                        await completer.run(task_status=task_status)
+                    finally:
+                        completer_done.set()
+
+                send = await root.start(run_completer, name="river completer")
+                thread_limiter = anyio.CapacityLimiter(config.thread_workers)
+                process_runner = None
+                if any(reg.run_in == "process" for reg in config.workers):
+                    from ._process import ProcessRunner
+
+                    process_runner = ProcessRunner(
+                        limit=config.process_workers, stuck_threshold=config.job_stuck_threshold
+                    ).run
+                streams = []
+                with send:
+                    for name in config.queues:
+                        stream = send.clone()  # the producer closes it when it exits
+                        streams.append(stream)
+                        executor = JobExecutor(
+                            config=config,
+                            client=self.client,
+                            clock=clock,
+                            send=stream,
+                            thread_limiter=thread_limiter,
+                            process_runner=process_runner,
+                        )
+                        self._producers[name] = Producer(
+                            queue=name,
+                            config=config,
+                            driver=driver,
+                            executor=executor,
+                            completer=completer,
+                            send=stream,
+                            events=self._events,
+                            notifier=notifier,
+                        )
+                root.start_soon(self._stopper, name="river stopper")
+                self.client._after_insert = self._trigger_queues
+                async with anyio.create_task_group() as producers:
+                    self._producers_scope = producers.cancel_scope
+                    if self._cancel_jobs:
+                        producers.cancel_scope.cancel(STOP_AND_CANCEL_REASON)
+                    for name, producer in self._producers.items():
+                        await producers.start(producer.run, name=f"river producer {name}")
+                    self._started = True
+                    task_status.started(self)
+                    logger.info("client %s started (%d queues)", config.id, len(config.queues))
+                    await self._stop_requested.wait()
+                # Every producer is done and its completion stream closed (also those that
+                # never started): the completer writes what is left, then the rest of the run
+                # is torn down.
+                for stream in streams:
+                    stream.close()
+                with anyio.CancelScope(shield=True):
+                    await completer_done.wait()
+                root.cancel_scope.cancel("client stopped")
+        except BaseExceptionGroup as group:
+            if self._started:
+                raise
+            # a start-up failure surfaces as one plain exception
+            cancelled = anyio.get_cancelled_exc_class()
+            real = [e for e in _leaves(group) if not isinstance(e, cancelled)]
+            if len(real) == 1:
+                raise real[0] from None
+            raise
+        finally:
+            self.client._after_insert = None
+            if self._notifier is not None:
+                self._notifier.close()
+            self._events.close()
+            self._stopped.set()
+            logger.info("client %s stopped", config.id)
+
+
+def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
+    opts = dict(options)
+    client_id = opts.pop("id", None)
+    if client_id is None:
+        client_id = default_client_id()
+    defaults: dict[str, Any] = {
+        "schema": None,
+        "max_attempts": MAX_ATTEMPTS_DEFAULT,
+        "queues": None,
+        "workers": None,
+        "job_timeout": 60.0,
+        "soft_stop_timeout": None,
+        "fetch_cooldown": 0.1,
+        "fetch_poll_interval": 1.0,
+        "poll_only": False,
+        "fetch_only_known_kinds": False,
+        "retry_policy": None,
+        "error_handler": None,
+        "middleware": None,
+        "hooks": None,
+        "job_stuck_threshold": 10.0,
+        "thread_workers": 16,
+        "process_workers": 4,
+    }
+    unknown = set(opts) - set(defaults) - {"driver_options", "clock"}
+    if unknown:
+        raise ConfigError(sorted(unknown)[0], "is not an open_client option")
+    if isinstance(database, str):
+        dialect_of_url(database)
+    elif not all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
+        raise ConfigError(
+            "database", f"must be a database URL or a driver, not {type(database).__name__}"
+        )
+    driver_options = opts.get("driver_options")
+    if driver_options is not None and not isinstance(driver_options, dict):
+        raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
+    kw = {k: opts.get(k, v) for k, v in defaults.items()}
+    if kw["job_timeout"] is UNSET:
+        kw["job_timeout"] = 60.0
+    return build_config(id=client_id, **kw)
+
+
+@contextlib.asynccontextmanager
+async def _driver_for(
+    database: str | Driver, config: ClientConfig, driver_options: dict[str, Any] | None
+) -> AsyncIterator[Driver]:
+    if isinstance(database, str):
+        async with open_driver(database, schema=config.schema, **(driver_options or {})) as d:
+            yield d
+        return
+    if not all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
+        raise ConfigError(
+            "database", f"must be a database URL or a driver, not {type(database).__name__}"
+        )
+    if driver_options:
+        raise ConfigError("driver_options", "only applies when opening a database from a URL")
+    if config.schema is not None and database.schema != config.schema:
+        raise ConfigError("schema", f"conflicts with the driver's schema {database.schema!r}")
+    yield database
+
+
+async def run_client(
+    database: str | Driver,
+    *,
+    task_status: TaskStatus[ClientRun] = anyio.TASK_STATUS_IGNORED,
+    **options: Any,
+) -> None:
+    """Run a client until it is stopped, in a task group the caller brings::
+
+    run = await tg.start(river_anyio.run_client, url, queues=..., workers=...)
+    ...
+    run.stop()
+    """
+    config = _config_from(database, options)
+    driver_options = options.get("driver_options")
+    if driver_options is not None and not isinstance(driver_options, dict):
+        raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
+    clock = options.get("clock") or SystemClock()
+    events = EventHub()
+    async with _driver_for(database, config, driver_options) as driver:
+        client = Client(driver, id=config.id, max_attempts=config.max_attempts)
+        run = ClientRun(client, config, events)
+        await run._run(driver, clock, task_status=task_status)
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for e in exc.exceptions:
+            out.extend(_leaves(e))
+        return out
+    return [exc]
+
+
+@contextlib.asynccontextmanager
+async def open_client(database: str | Driver, **options: Any) -> AsyncIterator[ClientRun]:
+    """Open a client; with ``queues`` and ``workers`` it also works jobs until the block ends.
+
+    Leaving the block normally is a graceful stop bounded by ``soft_stop_timeout``; leaving it
+    with an exception is a stop-and-cancel, after which the exception propagates unchanged.
+    See the module docs of ``river_anyio`` for every option.
+    """
+    config = _config_from(database, options)  # validate before anything connects
+    user_exc: BaseException | None = None
+    started = False
+    cancelled = anyio.get_cancelled_exc_class()
+    try:
+        async with anyio.create_task_group() as tg:
+            run: ClientRun = await tg.start(_run_client_task, database, options)
+            started = True
+            try:
+                yield run
+            except BaseException as exc:
+                if not isinstance(exc, cancelled):
+                    user_exc = exc
+                run.stop_and_cancel()
+                raise
+            run.stop(config.soft_stop_timeout)
+    except BaseExceptionGroup as group:
+        leaves = _leaves(group)
+        if user_exc is not None:
+            internal = [e for e in leaves if e is not user_exc and not isinstance(e, cancelled)]
+            if internal:
+                user_exc.__context__ = BaseExceptionGroup("river_anyio internal errors", internal)
+            raise user_exc from None
+        real = [e for e in leaves if not isinstance(e, cancelled)]
+        for e in real:
+            if isinstance(e, KeyboardInterrupt | SystemExit):
+                raise e from None
+        if not real:
+            raise
+        if not started and len(real) == 1:
+            raise real[0] from None  # a start-up failure is raised as itself
+        raise ClientCrashedError(
+            f"a river_anyio service failed: {type(real[0]).__name__}: {real[0]}"
+        ) from group
+
+
+async def _run_client_task(
+    database: str | Driver, options: dict[str, Any], *, task_status: TaskStatus[ClientRun]
+) -> None:
+    await run_client(database, task_status=task_status, **options)

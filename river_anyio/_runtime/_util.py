@@ -1,0 +1,62 @@
+"""Small runtime helpers: back-off with jitter, a re-armable wake-up, cancel reasons."""
+
+from __future__ import annotations
+
+import random
+
+import anyio
+
+__all__ = ["Backoff", "Wakeup"]
+
+STOP_TIMEOUT_REASON = "soft stop timeout"
+STOP_AND_CANCEL_REASON = "stop and cancel"
+REMOTE_CANCEL_REASON = "job cancelled remotely"
+
+
+class Backoff:
+    """Exponential back-off for operational database faults: 250 ms doubling to 30 s, ±10%,
+    reset after a success."""
+
+    def __init__(self, first: float = 0.25, cap: float = 30.0, jitter: float = 0.1) -> None:
+        self._first = first
+        self._cap = cap
+        self._jitter = jitter
+        self._attempt = 0
+
+    def next_delay(self) -> float:
+        base = min(self._cap, self._first * float(2**self._attempt))
+        self._attempt += 1
+        return base * (1 + random.uniform(-self._jitter, self._jitter))
+
+    def reset(self) -> None:
+        self._attempt = 0
+
+    @property
+    def failures(self) -> int:
+        return self._attempt
+
+
+class Wakeup:
+    """A level-triggered wake-up: ``set()`` from anywhere, ``wait()`` consumes it."""
+
+    def __init__(self) -> None:
+        self._event = anyio.Event()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._event.set()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if not self._set:
+            await self._event.wait()
+        self.clear()
+
+    def clear(self) -> None:
+        if self._set:
+            self._set = False
+            self._event = anyio.Event()

@@ -1,0 +1,320 @@
+"""Workers: what runs a job of each kind, and what a worker may return.
+
+A worker is an async function ``async def work(ctx, job) -> None | Outcome`` or an object with
+such a ``work`` method and optional ``timeout(job)`` and ``next_retry(job)``. Returning ``None``
+completes the job; returning :func:`snooze`, :func:`discard` or :func:`cancel` does what they
+say; raising records an error and retries per the retry policy.
+
+Blocking or CPU-bound work can run off the event loop: ``run_in="thread"`` (a sync function in
+a bounded thread pool; ``ctx.cancelled`` tells it to stop) or ``run_in="process"`` (a sync,
+importable module-level function in a child process; it receives the args as the persisted JSON
+and is killed if it ignores cancellation for longer than ``job_stuck_threshold``).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import inspect
+import logging
+import math
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
+
+import attrs
+
+from ._errors import ConfigError, ValidationError
+from ._insert import class_kind
+from ._job import JobRow
+
+if TYPE_CHECKING:
+    from ._client import Client
+
+__all__ = [
+    "UNSET",
+    "CancelOutcome",
+    "DiscardOutcome",
+    "Job",
+    "Outcome",
+    "SnoozeOutcome",
+    "WorkContext",
+    "Worker",
+    "Workers",
+    "cancel",
+    "discard",
+    "snooze",
+]
+
+A = TypeVar("A")
+A_co = TypeVar("A_co", covariant=True)
+A_contra = TypeVar("A_contra", contravariant=True)
+RunIn = Literal["loop", "thread", "process"]
+
+
+class _Unset:
+    def __repr__(self) -> str:
+        return "UNSET"
+
+
+#: "Not configured here": the next level's value applies.
+UNSET: Any = _Unset()
+
+
+# --- outcomes -----------------------------------------------------------------------------
+
+
+@attrs.frozen
+class SnoozeOutcome:
+    duration: dt.timedelta
+
+
+@attrs.frozen
+class DiscardOutcome:
+    reason: str
+
+
+@attrs.frozen
+class CancelOutcome:
+    reason: str
+
+
+Outcome = SnoozeOutcome | DiscardOutcome | CancelOutcome
+
+
+def snooze(duration: dt.timedelta | float) -> SnoozeOutcome:
+    """Run the job again after ``duration`` without using up an attempt (River's JobSnooze)."""
+    if isinstance(duration, int | float) and not isinstance(duration, bool):
+        if not math.isfinite(duration):
+            raise ValueError("snooze duration must be finite")
+        duration = dt.timedelta(seconds=duration)
+    if not isinstance(duration, dt.timedelta):
+        raise TypeError("snooze duration must be a timedelta or a number of seconds")
+    if duration < dt.timedelta(0):
+        raise ValueError("snooze duration cannot be negative")
+    return SnoozeOutcome(duration)
+
+
+def discard(reason: str) -> DiscardOutcome:
+    """Finalize the job as ``discarded`` now, without further retries; the reason is recorded."""
+    return DiscardOutcome(str(reason))
+
+
+def cancel(reason: str) -> CancelOutcome:
+    """Finalize the job as ``cancelled`` (River's JobCancel); the reason is recorded."""
+    return CancelOutcome(str(reason))
+
+
+# --- jobs and contexts --------------------------------------------------------------------
+
+
+@attrs.frozen
+class Job(Generic[A_co]):
+    """A job being worked: its row and its decoded args."""
+
+    row: JobRow
+    args: A_co
+
+    @property
+    def id(self) -> int:
+        return self.row.id
+
+    @property
+    def kind(self) -> str:
+        return self.row.kind
+
+    @property
+    def attempt(self) -> int:
+        return self.row.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self.row.max_attempts
+
+    @property
+    def queue(self) -> str:
+        return self.row.queue
+
+    @property
+    def metadata(self) -> Mapping[str, Any]:
+        return self.row.metadata
+
+
+class WorkContext:
+    """What a worker gets besides its job: the client, the deadline, a logger, cancellation."""
+
+    def __init__(
+        self,
+        *,
+        client: Client,
+        job: JobRow,
+        deadline: float | None,
+        logger: logging.LoggerAdapter[logging.Logger],
+    ) -> None:
+        self.client = client
+        self.job_row = job
+        #: ``anyio.current_time()`` by which the job times out, if it has a timeout.
+        self.deadline = deadline
+        self.logger = logger
+        self._cancelled = threading.Event()
+        self._metadata_updates: dict[str, Any] = {}
+
+    @property
+    def cancelled(self) -> threading.Event:
+        """Set when the job is cancelled (timeout, remote cancel, stop); for thread workers,
+        which cannot be interrupted and should check it."""
+        return self._cancelled
+
+    def set_metadata(self, key: str, value: Any) -> None:
+        """Stage a metadata key, merged into the row when this attempt finishes."""
+        if not isinstance(key, str) or key.startswith("river:"):
+            raise ValueError("metadata keys must be str and may not start with 'river:'")
+        self._metadata_updates[key] = value
+
+
+@runtime_checkable
+class Worker(Protocol[A_contra]):
+    """A worker object. ``timeout`` and ``next_retry`` are optional extras."""
+
+    async def work(self, ctx: WorkContext, job: Job[A_contra]) -> Outcome | None: ...
+
+
+WorkFunc = Callable[[WorkContext, "Job[Any]"], Awaitable["Outcome | None"]]
+
+
+@attrs.frozen(kw_only=True)
+class Registration:
+    """One registered kind."""
+
+    kind: str
+    args_cls: type
+    work: Callable[..., Any]
+    worker: object | None
+    run_in: RunIn
+    timeout: float | _Unset | None
+
+    def job_timeout(self, job: Job[Any]) -> float | _Unset | None:
+        """The worker's own timeout for this job: seconds, None for none, UNSET to inherit."""
+        fn = getattr(self.worker, "timeout", None)
+        if fn is not None:
+            value: object = fn(job)
+            if isinstance(value, _Unset) or value is None:
+                return value
+            if isinstance(value, dt.timedelta):
+                return value.total_seconds()
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                return float(value)
+            raise TypeError(f"timeout() of {self.kind!r} returned {value!r}")
+        return self.timeout
+
+    def next_retry(self, job: Job[Any]) -> dt.datetime | None:
+        fn = getattr(self.worker, "next_retry", None)
+        return fn(job) if fn is not None else None
+
+
+def _check_timeout(value: object, field: str) -> float | _Unset | None:
+    if isinstance(value, _Unset) or value is None:
+        return value
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ConfigError(field, "must be a positive number of seconds, a timedelta or None", value)
+    if value <= 0:
+        raise ConfigError(field, "must be positive (use None for no timeout)", value)
+    return float(value)
+
+
+class Workers:
+    """The registry of workers, by args class (and so by kind).
+
+    ``workers.add(Args, work)`` or, as a decorator, ``@workers.register(Args)``.
+    """
+
+    def __init__(self) -> None:
+        self._by_kind: dict[str, Registration] = {}
+
+    def add(
+        self,
+        args_cls: type,
+        work: Callable[..., Any] | object,
+        *,
+        run_in: RunIn = "loop",
+        timeout: float | dt.timedelta | None = UNSET,
+    ) -> None:
+        """Register the worker for ``args_cls``'s kind. A kind may be registered once."""
+        if not isinstance(args_cls, type) or not attrs.has(args_cls):
+            raise ConfigError("workers", f"{args_cls!r} is not an attrs class (job args class)")
+        kind = getattr(args_cls, "kind", None)
+        if not isinstance(kind, str):
+            raise ConfigError(
+                "workers", f"{args_cls.__name__} needs a `kind` class attribute (str)"
+            )
+        try:
+            class_kind(args_cls)
+        except ValidationError as exc:
+            raise ConfigError("workers", exc.rule, kind) from None
+        if kind in self._by_kind:
+            raise ConfigError("workers", f"worker for kind {kind!r} is already registered", kind)
+        if run_in not in ("loop", "thread", "process"):
+            raise ConfigError("run_in", "must be 'loop', 'thread' or 'process'", run_in)
+        worker: object | None = None
+        if callable(work) and not hasattr(work, "work"):
+            fn = work
+        elif hasattr(work, "work") and callable(work.work):
+            worker = work
+            fn = work.work
+        else:
+            raise ConfigError(
+                "workers", f"worker for {kind!r} must be a function or an object with work()"
+            )
+        is_async = inspect.iscoroutinefunction(fn)
+        if run_in == "loop" and not is_async:
+            raise ConfigError(
+                "workers",
+                f"worker for {kind!r} must be an async function (or use run_in='thread' or "
+                "'process' for blocking code)",
+            )
+        if run_in != "loop" and is_async:
+            raise ConfigError(
+                "workers", f"run_in={run_in!r} needs a plain (sync) function for {kind!r}"
+            )
+        if run_in == "process" and (
+            getattr(fn, "__qualname__", "").count("<locals>") or not hasattr(fn, "__module__")
+        ):
+            raise ConfigError(
+                "workers",
+                f"run_in='process' needs an importable module-level function for {kind!r}",
+            )
+        self._by_kind[kind] = Registration(
+            kind=kind,
+            args_cls=args_cls,
+            work=fn,
+            worker=worker,
+            run_in=run_in,
+            timeout=_check_timeout(timeout, f"workers[{kind}].timeout"),
+        )
+
+    def register(
+        self, args_cls: type, *, run_in: RunIn = "loop", timeout: float | None = UNSET
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator form of :meth:`add`."""
+
+        def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(args_cls, fn, run_in=run_in, timeout=timeout)
+            return fn
+
+        return deco
+
+    def get(self, kind: str) -> Registration | None:
+        return self._by_kind.get(kind)
+
+    def kinds(self) -> list[str]:
+        return sorted(self._by_kind)
+
+    def __len__(self) -> int:
+        return len(self._by_kind)
+
+    def __iter__(self) -> Iterator[Registration]:
+        return iter(self._by_kind.values())
+
+    def __contains__(self, kind: object) -> bool:
+        return kind in self._by_kind
