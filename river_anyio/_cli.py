@@ -115,6 +115,26 @@ def _build_parser() -> _Parser:
     db(p)
     sub.add_parser("version", help="Print version information")
 
+    p = sub.add_parser("bench", help="Run River's benchmark: insert and work no-op jobs")
+    p.add_argument(
+        "--database-url", default=None, help="database (default: a temporary SQLite file)"
+    )
+    p.add_argument("--duration", type=_duration, default=None, help="e.g. 30s: work for this long")
+    p.add_argument(
+        "-n", "--num-total-jobs", type=int, default=None, help="jobs to insert and work down"
+    )
+    p.add_argument(
+        "--rate", type=float, default=None, help="with --duration: insert this many jobs/s"
+    )
+    p.add_argument("--loop", choices=("asyncio", "trio"), default="asyncio")
+    p.add_argument("--max-workers", type=int, default=50)
+    p.add_argument(
+        "--fetch-cooldown", type=float, default=None, help="seconds (default River's 0.1)"
+    )
+    p.add_argument(
+        "--yes", action="store_true", help="confirm that every job in the database may be deleted"
+    )
+
     p = sub.add_parser("demo", help="Run a small demo workload on an embedded SQLite database")
     p.add_argument(
         "--database-url",
@@ -124,6 +144,15 @@ def _build_parser() -> _Parser:
     p.add_argument("--jobs", type=int, default=1000, help="number of jobs to insert")
     p.add_argument("--loop", choices=("asyncio", "trio"), default="asyncio")
     return parser
+
+
+def _duration(text: str) -> float:
+    from ._bench import parse_duration
+
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _format_duration(seconds: float) -> str:
@@ -231,6 +260,31 @@ def main(
         if args.command is None:
             parser.print_help(out)
             return 2
+        if args.command == "bench":
+            from ._bench import run_bench
+
+            if args.duration is not None and args.num_total_jobs is not None:
+                raise _UsageError("use either --duration or --num-total-jobs, not both")
+            if args.num_total_jobs is not None and args.num_total_jobs < 1:
+                raise _UsageError("--num-total-jobs must be at least 1")
+            if args.rate is not None and (args.duration is None or args.rate <= 0):
+                raise _UsageError("--rate needs --duration and must be positive")
+            if not 1 <= args.max_workers <= 10_000:
+                raise _UsageError("--max-workers must be between 1 and 10000")
+            try:
+                return run_bench(
+                    database_url=args.database_url,
+                    total=args.num_total_jobs,
+                    duration=args.duration,
+                    rate=args.rate,
+                    max_workers=args.max_workers,
+                    loop=args.loop,
+                    yes=args.yes,
+                    fetch_cooldown=args.fetch_cooldown,
+                    out=out,
+                )
+            except ValueError as exc:
+                raise _UsageError(str(exc)) from None
         if args.command == "demo":
             from ._demo import run_demo
 

@@ -1,4 +1,9 @@
-"""``river-anyio demo``: a small workload on an embedded SQLite database (or any URL given)."""
+"""``river-anyio demo``: a small workload with real workers on an embedded SQLite database.
+
+Migrates a temporary SQLite file (or the URL given), inserts a batch of jobs of three kinds,
+works them with a running client (one job fails once and is retried, one is snoozed, one is
+cancelled by its worker, a unique job is deduplicated), then prints what happened.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +17,12 @@ from typing import ClassVar, TextIO
 import anyio
 import attrs
 
+from ._config import QueueConfig
+from ._events import EventKind
 from ._insert import InsertManyParams
-from ._job import InsertOpts, UniqueOpts
+from ._job import InsertOpts, JobState, UniqueOpts
 from ._runtime._supervisor import open_client
-from ._timeutil import utc_now
+from ._work import Job, Outcome, WorkContext, Workers, cancel, snooze
 from .drivers import open_driver, redact_url
 from .migrate import Migrator
 
@@ -34,45 +41,83 @@ class RebuildReport:
     report_id: int
 
 
+@attrs.frozen
+class Flaky:
+    kind: ClassVar[str] = "flaky"
+    behaviour: str
+
+
+def _workers() -> Workers:
+    workers = Workers()
+
+    @workers.register(SendEmail)
+    async def send_email(ctx: WorkContext, job: Job[SendEmail]) -> None:
+        await anyio.sleep(0)  # a real worker would talk to an SMTP server here
+
+    @workers.register(RebuildReport)
+    async def rebuild(ctx: WorkContext, job: Job[RebuildReport]) -> None:
+        ctx.set_metadata("rows", job.args.report_id * 10)
+
+    @workers.register(Flaky)
+    async def flaky(ctx: WorkContext, job: Job[Flaky]) -> Outcome | None:
+        if job.args.behaviour == "fail_once" and job.attempt == 1:
+            raise RuntimeError("temporary failure (retried in about a second)")
+        if job.args.behaviour == "snooze" and not job.metadata.get("snoozes"):
+            return snooze(dt.timedelta(milliseconds=200))
+        if job.args.behaviour == "cancel":
+            return cancel("nothing to do for this one")
+        return None
+
+    return workers
+
+
 async def _demo(url: str, jobs: int, out: TextIO) -> None:
     async with open_driver(url) as driver:
         res = await Migrator(driver).up()
         print(f"migrated {redact_url(url)}: {len(res.versions)} versions applied", file=out)
 
-    async with open_client(url) as run:
+    queues = {"default": QueueConfig(max_workers=20), "reports": QueueConfig(max_workers=2)}
+    async with open_client(url, queues=queues, workers=_workers()) as run:
         client = run.client
-        start = time.perf_counter()
-        batch = [
-            InsertManyParams(SendEmail(to=f"user{i}@example.com", subject="Welcome <3"))
-            for i in range(jobs)
-        ]
-        results = await client.insert_many(batch)
-        elapsed = time.perf_counter() - start
-        print(
-            f"inserted {len(results)} send_email jobs in {elapsed * 1000:.1f} ms "
-            f"({len(results) / elapsed:,.0f} jobs/s)",
-            file=out,
-        )
-
-        unique = InsertOpts(unique=UniqueOpts(by_args=True, by_period=dt.timedelta(hours=1)))
-        first = await client.insert(RebuildReport(report_id=7), unique)
-        second = await client.insert(RebuildReport(report_id=7), unique)
-        print(
-            f"unique job {first.job.id}: second insert skipped as duplicate = "
-            f"{second.unique_skipped_as_duplicate} (returned job {second.job.id})",
-            file=out,
-        )
-        later = await client.insert(
-            SendEmail(to="later@example.com", subject="Reminder"),
-            InsertOpts(scheduled_at=utc_now() + dt.timedelta(minutes=10), tags=["reminder"]),
-        )
-        print(f"scheduled job {later.job.id} for {later.job.scheduled_at.isoformat()}", file=out)
-
-        rows = await client.driver.executor().job_list(limit=jobs + 10)
-        counts = Counter((r.queue, r.kind, r.state.value) for r in rows)
-        print("jobs by queue/kind/state:", file=out)
-        for (queue, kind, state), n in sorted(counts.items()):
-            print(f"  {queue:<10} {kind:<16} {state:<10} {n}", file=out)
+        with run.subscribe() as events:
+            start = time.perf_counter()
+            await client.insert_many(
+                [
+                    InsertManyParams(SendEmail(to=f"user{i}@example.com", subject="Hi"))
+                    for i in range(jobs)
+                ]
+            )
+            unique = InsertOpts(unique=UniqueOpts(by_args=True, by_period=dt.timedelta(hours=1)))
+            first = await client.insert(RebuildReport(report_id=7), unique)
+            second = await client.insert(RebuildReport(report_id=7), unique)
+            print(
+                f"unique report job {first.job.id}: second insert skipped as duplicate = "
+                f"{second.unique_skipped_as_duplicate}",
+                file=out,
+            )
+            for behaviour in ("fail_once", "snooze", "cancel"):
+                await client.insert(Flaky(behaviour=behaviour))
+            expected = jobs + 4
+            finished: Counter[str] = Counter()
+            with anyio.fail_after(30):
+                async for event in events:
+                    if event.kind in (EventKind.JOB_FAILED, EventKind.JOB_SNOOZED):
+                        assert event.job is not None
+                        print(f"  job {event.job.id} ({event.job.kind}): {event.kind}", file=out)
+                    if event.kind in (EventKind.JOB_COMPLETED, EventKind.JOB_CANCELLED):
+                        finished[event.kind] += 1
+                    if sum(finished.values()) >= expected:
+                        break
+            elapsed = time.perf_counter() - start
+        print(f"worked {expected} jobs in {elapsed:.2f}s", file=out)
+        rows = await client.driver.executor().job_list(limit=expected + 10)
+    counts = Counter((r.queue, r.kind, r.state.value) for r in rows)
+    print("jobs by queue / kind / state:", file=out)
+    for (queue, kind, state), n in sorted(counts.items()):
+        print(f"  {queue:<10} {kind:<16} {state:<10} {n}", file=out)
+    retried = [r for r in rows if r.kind == "flaky" and r.errors and r.state == JobState.COMPLETED]
+    for r in retried:
+        print(f"job {r.id} completed on attempt {r.attempt} after: {r.errors[0].error}", file=out)
 
 
 def run_demo(*, database_url: str | None, jobs: int, loop: str, out: TextIO) -> int:

@@ -146,8 +146,11 @@ def test_demo_runs_on_sqlite(tmp_path: Path) -> None:
         "trio",
     )
     assert code == 0, err
-    assert "inserted 50 send_email jobs" in out
     assert "second insert skipped as duplicate = True" in out
+    assert "worked 54 jobs" in out
+    assert "default    send_email       completed  50" in out
+    assert "default    flaky            cancelled  1" in out
+    assert "completed on attempt 2 after: RuntimeError: temporary failure" in out
 
 
 @pytest.mark.slow
@@ -185,3 +188,20 @@ def test_built_wheel_carries_the_sql(tmp_path: Path) -> None:
         capture_output=True, text=True, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert str(env_dir) in where.stdout  # the SQL came from the installed wheel
+
+
+def test_bench_works_jobs_and_reports(tmp_path: Path) -> None:
+    code, out, err = run("bench", "-n", "300", "--loop", "trio")
+    assert code == 0, err
+    assert "worked 300 jobs" in out
+    assert re.search(r"pickup latency p50 [\d.]+ ms, p95 [\d.]+ ms", out)
+    url = f"sqlite:///{tmp_path / 'bench.db'}"
+    code, out, err = run("bench", "-n", "10", "--database-url", url)
+    assert code == 2 and "pass --yes" in err
+    code, out, err = run(
+        "bench", "--duration", "1s", "--rate", "50", "--database-url", url, "--yes"
+    )
+    assert code == 0, err
+    assert re.search(r"worked \d+ jobs", out)
+    assert run("bench", "--duration", "soon")[0] == 2
+    assert run("bench", "-n", "5", "--duration", "1s")[0] == 2
