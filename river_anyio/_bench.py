@@ -141,7 +141,7 @@ async def _bench(
                     print(f"  {done():,} jobs worked ({done() / (now - start):,.0f}/s)", file=out)
             inserted = max(inserted, i)
             with anyio.move_on_after(30):
-                while done() < inserted:
+                while done() < inserted:  # noqa: ASYNC110 - sampling progress
                     await anyio.sleep(0.005)
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu0

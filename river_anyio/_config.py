@@ -119,6 +119,11 @@ class ClientConfig:
     job_stuck_threshold: float
     thread_workers: int
     process_workers: int
+    #: Private, for tests (``open_client(_completer_pauses=..., _completer_try_timeout=...)``):
+    #: the completer's pauses between write tries and its per-try timeout. ``None`` keeps
+    #: River's 1 s/2 s/4 s and 10 s.
+    completer_pauses: tuple[float, ...] | None = None
+    completer_try_timeout: float | None = None
 
     def queue_cooldown(self, name: str) -> float:
         q = self.queues[name]
@@ -151,6 +156,8 @@ def build_config(
     job_stuck_threshold: object,
     thread_workers: object,
     process_workers: object,
+    completer_pauses: object = None,
+    completer_try_timeout: object = None,
 ) -> ClientConfig:
     """Validate ``open_client``'s options; raise ConfigError naming the first bad one."""
     if schema is not None and (
@@ -247,6 +254,18 @@ def build_config(
     for name, value in (("thread_workers", thread_workers), ("process_workers", process_workers)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
             raise ConfigError(name, "must be an int between 1 and 1024", value)
+    pauses: tuple[float, ...] | None = None
+    if completer_pauses is not None:
+        if isinstance(completer_pauses, str | bytes) or not isinstance(completer_pauses, Sequence):
+            raise ConfigError(
+                "_completer_pauses", "must be a sequence of seconds", completer_pauses
+            )
+        if not completer_pauses:
+            raise ConfigError("_completer_pauses", "must not be empty", completer_pauses)
+        pauses = tuple(float(seconds(p, "_completer_pauses") or 0.0) for p in completer_pauses)
+    try_timeout = seconds(
+        completer_try_timeout, "_completer_try_timeout", allow_none=True, strictly_positive=True
+    )
 
     return ClientConfig(
         id=id,
@@ -267,6 +286,8 @@ def build_config(
         job_stuck_threshold=stuck,
         thread_workers=thread_workers,  # type: ignore[arg-type]
         process_workers=process_workers,  # type: ignore[arg-type]
+        completer_pauses=pauses,
+        completer_try_timeout=try_timeout,
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import ClassVar, TextIO
 
 import anyio
+import anyio.lowlevel
 import attrs
 
 from ._config import QueueConfig
@@ -52,7 +53,7 @@ def _workers() -> Workers:
 
     @workers.register(SendEmail)
     async def send_email(ctx: WorkContext, job: Job[SendEmail]) -> None:
-        await anyio.sleep(0)  # a real worker would talk to an SMTP server here
+        await anyio.lowlevel.checkpoint()  # a real worker would talk to an SMTP server here
 
     @workers.register(RebuildReport)
     async def rebuild(ctx: WorkContext, job: Job[RebuildReport]) -> None:

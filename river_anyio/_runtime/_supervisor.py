@@ -215,7 +215,12 @@ class ClientRun:
                     notifier = Notifier(driver)
                     await root.start(notifier.run, name="river notifier")
                 self._notifier = notifier
-                completer = Completer(driver, client_id=config.id, events=self._events)
+                timings: dict[str, Any] = {}
+                if config.completer_pauses is not None:
+                    timings["pauses"] = config.completer_pauses
+                if config.completer_try_timeout is not None:
+                    timings["try_timeout"] = config.completer_try_timeout
+                completer = Completer(driver, client_id=config.id, events=self._events, **timings)
                 self._completer = completer
                 completer_done = anyio.Event()
 
@@ -318,6 +323,9 @@ def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
         "job_stuck_threshold": 10.0,
         "thread_workers": 16,
         "process_workers": 4,
+        # private, for tests: shorter completer retry timings (validated like the rest)
+        "_completer_pauses": None,
+        "_completer_try_timeout": None,
     }
     unknown = set(opts) - set(defaults) - {"driver_options", "clock"}
     if unknown:
@@ -331,7 +339,7 @@ def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
     driver_options = opts.get("driver_options")
     if driver_options is not None and not isinstance(driver_options, dict):
         raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
-    kw = {k: opts.get(k, v) for k, v in defaults.items()}
+    kw = {k.lstrip("_"): opts.get(k, v) for k, v in defaults.items()}
     if kw["job_timeout"] is UNSET:
         kw["job_timeout"] = 60.0
     return build_config(id=client_id, **kw)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import attrs
 from psycopg import sql
 
-__all__ = ["JOB_COLUMNS", "Queries", "quote_ident"]
+__all__ = ["JOB_COLUMNS", "QUEUE_COLUMNS", "Queries", "quote_ident"]
 
 #: Column order of a job row as the executor reads it (see ``_executor.row_to_job``).
 JOB_COLUMNS = (
@@ -34,6 +34,9 @@ JOB_COLUMNS = (
     "unique_states::integer",
 )
 
+#: Column order of a queue row as the executor reads it (see ``_executor.row_to_queue``).
+QUEUE_COLUMNS = ("name", "created_at", "metadata::text", "paused_at", "updated_at")
+
 #: Columns written by the fast insert paths, in the order parameters are passed.
 INSERT_COLUMNS = (
     "args",
@@ -56,6 +59,14 @@ def quote_ident(name: str) -> str:
     return sql.Identifier(name).as_string(None)
 
 
+def _channel(schema: str | None, topic: str) -> str:
+    """SQL for a notification channel: ``<schema>.<topic>``, the session's current schema when
+    none is configured."""
+    if schema:
+        return sql.Literal(f"{schema}.{topic}").as_string(None)
+    return f"(current_schema() || {sql.Literal('.' + topic).as_string(None)})"
+
+
 def _job_select(prefix: str = "") -> str:
     return ", ".join(prefix + c for c in JOB_COLUMNS)
 
@@ -71,6 +82,15 @@ class Queries:
     job_get_by_id: str
     job_list_head: str
     notify_many: str
+    job_get_available: str
+    job_get_available_kinds: str
+    job_set_state_if_running_many: str
+    job_cancel: str
+    queue_create_or_set_updated_at: str
+    queue_get: str
+    queue_list: str
+    queue_pause: str
+    queue_resume: str
 
     @classmethod
     def build(cls, schema: str | None) -> Queries:
@@ -110,6 +130,10 @@ ON CONFLICT (unique_key)
         AND {p}river_job_state_in_bitmask(unique_states, state)
     DO UPDATE SET unique_key = excluded.unique_key
 RETURNING {cols}, xmax::text <> '0'"""
+        claim = _claim(p, kinds=False)
+        claim_kinds = _claim(p, kinds=True)
+        control = _channel(schema, "river_control")
+        qcols = ", ".join(QUEUE_COLUMNS)
         return cls(
             schema=schema,
             prefix=p,
@@ -123,6 +147,31 @@ RETURNING {cols}, xmax::text <> '0'"""
                 else "SELECT pg_notify(concat(current_schema(), '.', %s::text), payload) "
                 "FROM unnest(%s::text[]) AS n(payload)"
             ),
+            job_get_available=claim,
+            job_get_available_kinds=claim_kinds,
+            job_set_state_if_running_many=_set_state_many(p),
+            job_cancel=_cancel(p, control),
+            queue_create_or_set_updated_at=f"""
+INSERT INTO {p}river_queue AS q (name, created_at, metadata, paused_at, updated_at)
+VALUES (%s::text, now(), coalesce(%s::jsonb, '{{}}'), NULL, now())
+ON CONFLICT (name) DO UPDATE SET updated_at = now()
+RETURNING {qcols}""",
+            queue_get=f"SELECT {qcols} FROM {p}river_queue WHERE name = %s::text",
+            queue_list=f"SELECT {qcols} FROM {p}river_queue ORDER BY name LIMIT %s",
+            queue_pause=_queue_control(
+                p,
+                control,
+                "pause",
+                "paused_at = coalesce(paused_at, now()), "
+                "updated_at = CASE WHEN paused_at IS NULL THEN now() ELSE updated_at END",
+            ),
+            queue_resume=_queue_control(
+                p,
+                control,
+                "resume",
+                "paused_at = NULL, "
+                "updated_at = CASE WHEN paused_at IS NULL THEN updated_at ELSE now() END",
+            ),
         )
 
     def state_cast(self) -> str:
@@ -131,3 +180,202 @@ RETURNING {cols}, xmax::text <> '0'"""
     def qualified(self, table: str) -> str:
         """``table`` qualified with the schema (for ``to_regclass``)."""
         return self.prefix + quote_ident(table)
+
+
+_FINAL_STATES = "('cancelled', 'completed', 'discarded')"
+
+
+def _claim(p: str, *, kinds: bool) -> str:
+    """The claim: lock due available rows in fetch order, skipping rows other claimers hold,
+    then mark them running. Parameters: queue, [kinds,] limit, max_attempted_by, client id.
+
+    ``attempted_by`` keeps its newest ``max - 1`` entries before the client id is appended.
+    The outer query restores the fetch order (an UPDATE's RETURNING has none).
+    """
+    kind_filter = "\n        AND kind = ANY(%s::text[])" if kinds else ""
+    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
+    return f"""
+WITH picked AS (
+    SELECT id
+    FROM {p}river_job
+    WHERE state = 'available'
+        AND queue = %s::text
+        AND scheduled_at <= now(){kind_filter}
+    ORDER BY priority, scheduled_at, id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), claimed AS (
+    UPDATE {p}river_job AS j
+    SET state = 'running',
+        attempt = j.attempt + 1,
+        attempted_at = now(),
+        attempted_by = CASE
+            WHEN cardinality(j.attempted_by) >= %s::integer
+            THEN j.attempted_by[cardinality(j.attempted_by) - %s::integer + 2 :]
+            ELSE coalesce(j.attempted_by, '{{}}')
+        END || %s::varchar(255)
+    FROM picked
+    WHERE j.id = picked.id
+    RETURNING {jcols}
+)
+SELECT * FROM claimed ORDER BY priority, scheduled_at, id"""
+
+
+def _from_micros(expr: str) -> str:
+    """SQL for the timestamptz ``expr`` microseconds after the epoch (exact over the whole
+    timestamp range: the float multiplications involved are exact)."""
+    return (
+        f"(timestamptz 'epoch' + ({expr} / 1000000) * interval '1 second'"
+        f" + mod({expr}, 1000000) * interval '1 microsecond')"
+    )
+
+
+def _set_state_many(p: str) -> str:
+    """The batch completion. Parameters (one text per column, see ``_executor``): ids,
+    attempts and states joined by commas; new attempts, finalized_at and scheduled_at
+    (microseconds since the epoch) each element preceded by a comma, so an empty one is
+    NULL; errors and metadata updates each preceded by chr(30); then the client id.
+
+    A row takes the new state only while it is running the given attempt for this client
+    (``applies``); metadata updates merge either way. Rows left alone are read back as they
+    are; results follow the input order.
+    """
+    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
+    return f"""
+WITH input AS (
+    SELECT *
+    FROM unnest(
+        string_to_array(%s, ',')::bigint[],
+        string_to_array(%s, ',')::smallint[],
+        string_to_array(%s, ','),
+        (string_to_array(%s, ','))[2:],
+        (string_to_array(%s, ','))[2:],
+        (string_to_array(%s, ','))[2:],
+        (string_to_array(%s, chr(30)))[2:],
+        (string_to_array(%s, chr(30)))[2:]
+    ) WITH ORDINALITY AS i(
+        id, attempt, state, attempt_new, finalized_at, scheduled_at, error, metadata, ord
+    )
+), target AS (
+    SELECT
+        i.ord,
+        j.id,
+        i.state::{p}river_job_state AS state,
+        nullif(i.attempt_new, '')::smallint AS attempt_new,
+        {_from_micros("nullif(i.finalized_at, '')::bigint")} AS finalized_at,
+        {_from_micros("nullif(i.scheduled_at, '')::bigint")} AS scheduled_at,
+        nullif(i.error, '')::jsonb AS error,
+        nullif(i.metadata, '')::jsonb AS metadata,
+        coalesce(
+            j.state = 'running'
+                AND j.attempt = i.attempt
+                AND j.attempted_by[cardinality(j.attempted_by)] = %s::text,
+            false
+        ) AS applies,
+        i.state IN ('retryable', 'scheduled') AND j.metadata ? 'cancel_attempted_at'
+            AS should_cancel
+    FROM input AS i
+    JOIN {p}river_job AS j ON j.id = i.id
+    ORDER BY j.id
+    FOR UPDATE OF j
+), updated AS (
+    UPDATE {p}river_job AS j
+    SET state = CASE
+            WHEN NOT t.applies THEN j.state
+            WHEN t.should_cancel THEN 'cancelled'
+            ELSE t.state
+        END,
+        attempt = CASE
+            WHEN t.applies AND NOT t.should_cancel AND t.attempt_new IS NOT NULL
+            THEN t.attempt_new
+            ELSE j.attempt
+        END,
+        errors = CASE
+            WHEN t.applies AND t.error IS NOT NULL THEN array_append(j.errors, t.error)
+            ELSE j.errors
+        END,
+        finalized_at = CASE
+            WHEN NOT t.applies THEN j.finalized_at
+            WHEN t.should_cancel THEN now()
+            WHEN t.state IN {_FINAL_STATES} THEN coalesce(t.finalized_at, j.finalized_at)
+            ELSE NULL
+        END,
+        scheduled_at = CASE
+            WHEN t.applies AND NOT t.should_cancel AND t.scheduled_at IS NOT NULL
+            THEN t.scheduled_at
+            ELSE j.scheduled_at
+        END,
+        metadata = CASE
+            WHEN t.metadata IS NULL THEN j.metadata
+            ELSE j.metadata || t.metadata
+        END
+    FROM target AS t
+    WHERE j.id = t.id AND (t.applies OR t.metadata IS NOT NULL)
+    RETURNING {jcols}, t.applies, t.ord
+)
+SELECT * FROM updated
+UNION ALL
+SELECT {jcols}, false, t.ord
+FROM target AS t
+JOIN {p}river_job AS j ON j.id = t.id
+WHERE NOT t.applies AND t.metadata IS NULL
+ORDER BY {len(JOB_COLUMNS) + 2}"""
+
+
+def _cancel(p: str, channel: str) -> str:
+    """River's JobCancel. Parameters: id, cancel_attempted_at (RFC 3339 text), notify flag.
+
+    A running row keeps running (its worker is told through the control notification); any
+    other non-final row is cancelled. A final row is read back unchanged.
+    """
+    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
+    return f"""
+WITH locked AS (
+    SELECT id, queue, state, state IN {_FINAL_STATES} OR finalized_at IS NOT NULL AS final
+    FROM {p}river_job
+    WHERE id = %s
+    FOR UPDATE
+), notified AS (
+    SELECT pg_notify(
+        {channel},
+        json_build_object('action', 'cancel', 'job_id', id, 'queue', queue)::text
+    )
+    FROM locked
+    WHERE NOT final AND %s::boolean
+), updated AS (
+    UPDATE {p}river_job AS j
+    SET state = CASE WHEN l.state = 'running' THEN j.state ELSE 'cancelled' END,
+        finalized_at = CASE WHEN l.state = 'running' THEN j.finalized_at ELSE now() END,
+        metadata = jsonb_set(j.metadata, '{{cancel_attempted_at}}', to_jsonb(%s::text))
+    FROM locked AS l
+    WHERE j.id = l.id AND NOT l.final
+    RETURNING {jcols}
+)
+SELECT *, (SELECT count(*) FROM notified) FROM updated
+UNION ALL
+SELECT {jcols}, 0
+FROM {p}river_job AS j
+JOIN locked AS l ON l.id = j.id
+WHERE l.final"""
+
+
+def _queue_control(p: str, channel: str, action: str, assignments: str) -> str:
+    """Pause or resume a queue (``*``: all) and send the control notification in the same
+    statement, as River does, unless a named queue matched nothing. Parameters: the name,
+    three times. Returns the rows matched."""
+    return f"""
+WITH updated AS (
+    UPDATE {p}river_queue
+    SET {assignments}
+    WHERE %s::text = '*' OR name = %s::text
+    RETURNING 1
+), matched AS (
+    SELECT count(*) AS n FROM updated
+)
+SELECT m.n, (
+    SELECT count(pg_notify(
+        {channel}, json_build_object('action', '{action}', 'queue', %s::text)::text
+    )::text)
+    WHERE m.n > 0 OR %s::text = '*'
+)
+FROM matched AS m"""

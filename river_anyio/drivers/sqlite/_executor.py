@@ -16,15 +16,28 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 import apsw
 
 from ..._job import AttemptError, JobRow, JobState
-from ..._timeutil import format_sqlite_timestamp, parse_rfc3339, parse_sqlite_timestamp
-from .._protocol import InsertedJob, JobInsertParams
+from ..._timeutil import (
+    format_rfc3339nano,
+    format_sqlite_timestamp,
+    parse_rfc3339,
+    parse_sqlite_timestamp,
+    utc_now,
+)
+from .._protocol import (
+    TOPIC_CONTROL,
+    CompletionResult,
+    InsertedJob,
+    JobCompletion,
+    JobInsertParams,
+    QueueRow,
+)
 from ._connection import write_unit
 
 if TYPE_CHECKING:
     from ._connection import ConnectionThread, Session
     from ._queries import Queries
 
-__all__ = ["SQLiteExecutor", "job_rows", "unique_states_from_int"]
+__all__ = ["SQLiteExecutor", "job_rows", "queue_rows", "unique_states_from_int"]
 
 T = TypeVar("T")
 
@@ -50,6 +63,17 @@ def state_bit(state: JobState) -> int:
     return 1 << _STATE_BITS.index(state)
 
 
+def _parse_timestamp(text: str) -> dt.datetime:
+    """:func:`parse_sqlite_timestamp`, with a fast path for the ISO-like texts most rows hold."""
+    try:
+        value = dt.datetime.fromisoformat(text)
+    except ValueError:  # Go's Time.String() form, among others
+        return parse_sqlite_timestamp(text)
+    if value.tzinfo is None:
+        return value.replace(tzinfo=dt.UTC)
+    return value.astimezone(dt.UTC)
+
+
 class _Timestamps:
     """Parses timestamp text, remembering recent values (a batch shares a handful)."""
 
@@ -63,7 +87,7 @@ class _Timestamps:
         if value is None:
             if len(self._cache) > 256:
                 self._cache.clear()
-            value = self._cache[text] = parse_sqlite_timestamp(text)
+            value = self._cache[text] = _parse_timestamp(text)
         return value
 
     def optional(self, text: str | None) -> dt.datetime | None:
@@ -120,6 +144,30 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
             )
         )
     return out
+
+
+def queue_rows(rows: Sequence[Sequence[Any]]) -> list[QueueRow]:
+    """QueueRows from rows selected with :data:`~._queries.QUEUE_COLUMNS`."""
+    parse = parse_sqlite_timestamp
+    return [
+        QueueRow(
+            name=r[0],
+            created_at=parse(r[1]),
+            metadata=json.loads(r[2]) if r[2] is not None else {},
+            paused_at=parse(r[3]) if r[3] is not None else None,
+            updated_at=parse(r[4]),
+        )
+        for r in rows
+    ]
+
+
+def _now() -> str:
+    """This moment as River's SQLite timestamp text (the writer thread's clock)."""
+    return format_sqlite_timestamp(utc_now())
+
+
+def _control(payload: dict[str, Any]) -> str:
+    return json.dumps(payload, separators=(",", ":"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -237,6 +285,142 @@ def _op_job_list(
         sql += " WHERE " + " AND ".join(where)
     sql += " ORDER BY id LIMIT ?"
     return job_rows(conn.execute(sql, (*args, limit)).fetchall())
+
+
+# ---------------------------------------------------------------------------------------------
+# the runtime's hot path
+
+
+def _op_claim(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> list[JobRow]:
+    args = (*args[:2], _now(), *args[2:])
+    rows = conn.execute(sql, args).fetchall()
+    # RETURNING order is unspecified: put the rows back in claim order (the columns compared
+    # are the ones the claim sorted on, as stored).
+    rows.sort(key=lambda r: (r[11], r[13], r[0]))
+    return job_rows(rows)
+
+
+def _sqlite_ts(value: dt.datetime) -> str:
+    """:func:`format_sqlite_timestamp`, several times faster (the completion batch's hot spot)."""
+    offset = value.utcoffset()
+    if offset is None:
+        return format_sqlite_timestamp(value)  # raises: naive datetimes are refused
+    if offset:
+        value = value.astimezone(dt.UTC)
+    return value.isoformat(" ", "microseconds")[:26]  # without the "+00:00"
+
+
+def _json_text(value: bytes | None) -> str:
+    return value.decode() if value else "null"
+
+
+def _completion_batch(completions: Sequence[JobCompletion]) -> str:
+    """The completions as one JSON array of arrays (positions: ``COMPLETION_FIELDS``).
+
+    ``error`` and ``metadata_updates`` are encoded JSON objects, spliced in verbatim.
+    """
+    parts: list[str] = []
+    append = parts.append
+    for c in completions:
+        fin = "null" if c.finalized_at is None else '"' + _sqlite_ts(c.finalized_at) + '"'
+        sched = "null" if c.scheduled_at is None else '"' + _sqlite_ts(c.scheduled_at) + '"'
+        new = "null" if c.attempt_new is None else str(int(c.attempt_new))
+        append(
+            f'[{int(c.id)},{int(c.attempt)},"{c.state}",{fin},{sched},'
+            f"{_json_text(c.error)},{_json_text(c.metadata_updates)},{new}]"
+        )
+    return "[" + ",".join(parts) + "]"
+
+
+def _fetch(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
+    return conn.execute(sql, args).fetchall()
+
+
+def _waves(completions: Sequence[JobCompletion]) -> list[list[int]]:
+    """Input positions grouped so that no id repeats within a group; the n-th group holds the
+    n-th completion of each id, so repeated ids are applied in input order."""
+    seen: dict[int, int] = {}
+    waves: list[list[int]] = []
+    for i, c in enumerate(completions):
+        n = seen.get(c.id, 0)
+        seen[c.id] = n + 1
+        if n == len(waves):
+            waves.append([])
+        waves[n].append(i)
+    return waves
+
+
+def _op_complete(
+    conn: apsw.Connection, q: Queries, completions: Sequence[JobCompletion], client_id: str
+) -> list[CompletionResult]:
+    """Every completion, in the caller's transaction: one guarded UPDATE for the batch, then
+    (only for completions whose guard failed) a metadata merge or a plain read."""
+    now = _now()
+    found: list[tuple[Any, bool] | None] = [None] * len(completions)
+    for wave in _waves(completions):
+        batch = [completions[i] for i in wave]
+        rows = _fetch(conn, q.job_complete_if_running, (_completion_batch(batch), now, client_id))
+        by_id: dict[int, tuple[Any, bool]] = {r[0]: (r, True) for r in rows}
+        if len(by_id) < len(batch):
+            rest = [c for c in batch if c.id not in by_id]
+            merge = [
+                f"[{int(c.id)},{c.metadata_updates.decode()}]" for c in rest if c.metadata_updates
+            ]
+            if merge:
+                rows = _fetch(conn, q.job_merge_metadata, ("[" + ",".join(merge) + "]",))
+                by_id.update((r[0], (r, False)) for r in rows)
+            plain = [int(c.id) for c in rest if c.id not in by_id]
+            if plain:
+                rows = _fetch(conn, q.job_get_many, (json.dumps(plain),))
+                by_id.update((r[0], (r, False)) for r in rows)
+        for i, c in zip(wave, batch, strict=True):
+            found[i] = by_id.get(c.id)
+    hits = [f for f in found if f is not None]
+    jobs = job_rows([row for row, _ in hits])
+    return [
+        CompletionResult(job=job, applied=applied)
+        for job, (_, applied) in zip(jobs, hits, strict=True)
+    ]
+
+
+def _op_cancel(
+    conn: apsw.Connection, q: Queries, job_id: int, attempted_at: str, notify: bool
+) -> tuple[JobRow | None, bool]:
+    """The job after River's JobCancel, and whether a notification row was written."""
+    rows = conn.execute(q.job_cancel, (job_id, attempted_at, _now())).fetchall()
+    if not rows:  # finalized (returned as is) or missing
+        rows = conn.execute(q.job_get_by_id, (job_id,)).fetchall()
+        return (job_rows(rows)[0] if rows else None), False
+    job = job_rows(rows)[0]
+    if notify:
+        payload = _control({"action": "cancel", "job_id": job.id, "queue": job.queue})
+        conn.execute(q.notify_one, (TOPIC_CONTROL, payload))
+    return job, notify
+
+
+def _op_queue_upsert(conn: apsw.Connection, q: Queries, name: str, metadata: str) -> QueueRow:
+    rows = conn.execute(q.queue_create_or_set_updated_at, (name, metadata, _now())).fetchall()
+    return queue_rows(rows)[0]
+
+
+def _op_queue_get(conn: apsw.Connection, q: Queries, name: str) -> QueueRow | None:
+    rows = conn.execute(q.queue_get, (name,)).fetchall()
+    return queue_rows(rows)[0] if rows else None
+
+
+def _op_queue_list(conn: apsw.Connection, q: Queries, limit: int) -> list[QueueRow]:
+    return queue_rows(conn.execute(q.queue_list, (limit,)).fetchall())
+
+
+def _op_queue_set_paused(
+    conn: apsw.Connection, q: Queries, name: str, action: Literal["pause", "resume"]
+) -> int:
+    sql = q.queue_pause if action == "pause" else q.queue_resume
+    conn.execute(sql, (name, _now())).fetchall()
+    matched = conn.changes()
+    if matched or name == "*":
+        conn.execute(q.notify_one, (TOPIC_CONTROL, _control({"action": action, "queue": name})))
+    return matched
 
 
 def _op_notify_many(conn: apsw.Connection, q: Queries, topic: str, payloads: str) -> None:
@@ -371,7 +555,100 @@ class SQLiteExecutor:
         q = self._q
         return await self._read(lambda c: _op_job_list(c, q, where, args, int(limit)))
 
+    # ---- the runtime's hot path -------------------------------------------------------------
+
+    async def job_get_available(
+        self,
+        *,
+        queue: str,
+        max_to_lock: int,
+        client_id: str,
+        max_attempted_by: int = 100,
+        kinds: Sequence[str] | None = None,
+    ) -> list[JobRow]:
+        """Claim up to ``max_to_lock`` due ``available`` jobs of ``queue``, in claim order.
+
+        One ``UPDATE … WHERE id IN (…) RETURNING``; ``attempted_at`` is the writer's clock.
+        """
+        if max_to_lock <= 0 or (kinds is not None and not kinds):
+            return []
+        if kinds is None:
+            sql, kinds_json = self._q.job_get_available, None
+        else:
+            sql, kinds_json = self._q.job_get_available_kinds, json.dumps(list(kinds))
+        args = (queue, int(max_to_lock), max(int(max_attempted_by), 1), kinds_json, client_id)
+        return await self._write(lambda c: _op_claim(c, sql, args))
+
+    async def job_set_state_if_running_many(
+        self, completions: Sequence[JobCompletion], *, client_id: str
+    ) -> list[CompletionResult]:
+        """Persist finished attempts: one hop, one transaction, results in input order.
+
+        One statement over the batch (a repeated id runs after its earlier completion), with
+        the attempt guard; metadata updates are merged with ``jsonb_patch`` either way.
+        """
+        if not completions:
+            return []
+        q = self._q
+        batch = list(completions)
+        return await self._write(lambda c: _op_complete(c, q, batch, client_id))
+
+    async def job_cancel(
+        self, *, job_id: int, cancel_attempted_at: dt.datetime, notify: bool = True
+    ) -> JobRow | None:
+        """River's JobCancel, plus a ``river_control`` cancel row when the job changed."""
+        q = self._q
+        at = format_rfc3339nano(cancel_attempted_at.astimezone(dt.UTC))
+        job, notified = await self._write(lambda c: _op_cancel(c, q, int(job_id), at, notify))
+        if notified:
+            self._notified()
+        return job
+
+    # ---- queues ----------------------------------------------------------------------------
+
+    async def queue_create_or_set_updated_at(
+        self, *, name: str, metadata: bytes = b"{}"
+    ) -> QueueRow:
+        """Insert the queue's row, or bump its ``updated_at`` (metadata is kept); return it."""
+        q = self._q
+        text = metadata.decode() or "{}"
+        return await self._write(lambda c: _op_queue_upsert(c, q, name, text))
+
+    async def queue_get(self, name: str) -> QueueRow | None:
+        q = self._q
+        return await self._read(lambda c: _op_queue_get(c, q, name))
+
+    async def queue_list(self, *, limit: int = 100) -> list[QueueRow]:
+        """Queues ordered by name."""
+        q = self._q
+        return await self._read(lambda c: _op_queue_list(c, q, int(limit)))
+
+    async def queue_pause(self, name: str) -> int:
+        """Pause ``name`` (``"*"``: all) unless paused; returns the rows matched.
+
+        A ``pause`` control notification is written when a row matched (always for ``"*"``).
+        """
+        return await self._set_paused(name, "pause")
+
+    async def queue_resume(self, name: str) -> int:
+        """Resume ``name`` (``"*"``: all); returns the rows matched; notifies as pause does."""
+        return await self._set_paused(name, "resume")
+
+    async def _set_paused(self, name: str, action: Literal["pause", "resume"]) -> int:
+        q = self._q
+        matched = await self._write(lambda c: _op_queue_set_paused(c, q, name, action))
+        if matched or name == "*":
+            self._notified()
+        return matched
+
     # ---- notifications ----------------------------------------------------------------------------
+
+    def _notified(self) -> None:
+        """Notification rows were written: poke listeners (after commit, in a transaction)."""
+        if self._session is not None:
+            self._session.notified = True
+        elif self._on_notify is not None:
+            self._on_notify()
 
     async def notify_many(self, topic: str, payloads: Sequence[str]) -> None:
         """Append rows to River's ``river_notification`` outbox (visible at commit)."""
@@ -380,10 +657,7 @@ class SQLiteExecutor:
         q = self._q
         encoded = json.dumps(list(payloads))
         await self._write(lambda c: _op_notify_many(c, q, topic, encoded))
-        if self._session is not None:
-            self._session.notified = True
-        elif self._on_notify is not None:
-            self._on_notify()
+        self._notified()
 
     # ---- generic access ----------------------------------------------------------------------------
 

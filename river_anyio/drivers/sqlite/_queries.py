@@ -12,7 +12,7 @@ import attrs
 
 from ._connection import quote_ident
 
-__all__ = ["JOB_COLUMNS", "Queries"]
+__all__ = ["FINAL_STATES", "JOB_COLUMNS", "QUEUE_COLUMNS", "Queries"]
 
 #: Columns read for a JobRow, in the order ``_executor.job_rows`` expects.
 JOB_COLUMNS: Final = (
@@ -20,6 +20,12 @@ JOB_COLUMNS: Final = (
     "finalized_at, kind, max_attempts, json(metadata), priority, queue, scheduled_at, state, "
     "json(tags), unique_key, unique_states"
 )
+
+#: Columns read for a QueueRow, in the order ``_executor.queue_rows`` expects.
+QUEUE_COLUMNS: Final = "name, created_at, json(metadata), paused_at, updated_at"
+
+#: States whose rows carry ``finalized_at`` (the table's CHECK insists on it).
+FINAL_STATES: Final = "('cancelled', 'completed', 'discarded')"
 
 # The predicate of the partial unique index river_job_unique_idx. An upsert's conflict target
 # must repeat it (as the same expression) for SQLite to pick that index.
@@ -82,6 +88,109 @@ ON CONFLICT (unique_key) WHERE {_UNIQUE_INDEX_PREDICATE}
 {tail}"""
 
 
+def _claim(prefix: str, *, kinds: bool) -> str:
+    # ?1 queue, ?2 max_to_lock, ?3 now, ?4 max_attempted_by, ?5 kinds (JSON array), ?6 client.
+    # attempted_by keeps its last (?4 - 1) entries once full, then gets the client appended.
+    kind_filter = "\n        AND kind IN (SELECT k.value FROM json_each(?5) AS k)" if kinds else ""
+    return f"""
+UPDATE {prefix}river_job
+SET state = 'running',
+    attempt = attempt + 1,
+    attempted_at = ?3,
+    attempted_by = jsonb_insert(
+        CASE
+            WHEN attempted_by IS NULL THEN jsonb('[]')
+            WHEN json_array_length(attempted_by) < ?4 THEN attempted_by
+            ELSE (
+                SELECT jsonb_group_array(e.value ORDER BY e.key)
+                FROM json_each(attempted_by) AS e
+                WHERE e.key > json_array_length(attempted_by) - ?4
+            )
+        END,
+        '$[#]',
+        ?6
+    )
+WHERE id IN (
+    SELECT id
+    FROM {prefix}river_job
+    WHERE state = 'available'
+        AND queue = ?1
+        AND priority >= 0
+        AND scheduled_at <= ?3{kind_filter}
+    ORDER BY priority, scheduled_at, id
+    LIMIT ?2
+)
+RETURNING {JOB_COLUMNS}"""
+
+
+def _complete(prefix: str, merge: str) -> str:
+    # ?1: the batch, a JSON array with one array per completion (see COMPLETION_FIELDS);
+    # ?2: now; ?3: the client id. Only rows whose attempt guard holds are updated; the join is
+    # driven by the batch (+state keeps the planner off the state index: rowid lookups).
+    # cancel: a retry or snooze of a job whose cancellation was requested ends it instead.
+    cancel = (
+        "(c.state IN ('retryable', 'scheduled') "
+        "AND (j.metadata -> 'cancel_attempted_at') IS NOT NULL)"
+    )
+    return f"""
+UPDATE {prefix}river_job AS j
+SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE c.state END,
+    attempt = CASE WHEN {cancel} THEN j.attempt ELSE coalesce(c.attempt_new, j.attempt) END,
+    errors = CASE
+        WHEN c.error IS NULL THEN j.errors
+        ELSE jsonb_insert(coalesce(j.errors, jsonb('[]')), '$[#]', jsonb(c.error))
+    END,
+    finalized_at = CASE
+        WHEN {cancel} THEN ?2
+        WHEN c.state IN {FINAL_STATES} THEN coalesce(c.finalized_at, j.finalized_at, ?2)
+        ELSE NULL
+    END,
+    scheduled_at = CASE
+        WHEN {cancel} THEN j.scheduled_at
+        ELSE coalesce(c.scheduled_at, j.scheduled_at)
+    END,
+    metadata = CASE
+        WHEN c.updates IS NULL THEN j.metadata
+        ELSE {merge.format(doc="j.metadata", patch="c.updates")}
+    END
+FROM (
+    SELECT
+        b.value ->> 0 AS id,
+        b.value ->> 1 AS attempt,
+        b.value ->> 2 AS state,
+        b.value ->> 3 AS finalized_at,
+        b.value ->> 4 AS scheduled_at,
+        b.value ->> 5 AS error,
+        b.value ->> 6 AS updates,
+        b.value ->> 7 AS attempt_new
+    FROM json_each(?1) AS b
+) AS c
+WHERE j.id = c.id
+    AND +j.state = 'running'
+    AND j.attempt = c.attempt
+    AND j.attempted_by ->> '$[#-1]' = ?3
+RETURNING {JOB_COLUMNS}"""
+
+
+#: Position of each field in one element of the completion batch (a JSON array per job).
+COMPLETION_FIELDS: Final = (
+    "id",
+    "attempt",
+    "state",
+    "finalized_at",
+    "scheduled_at",
+    "error",
+    "metadata_updates",
+    "attempt_new",
+)
+
+
+#: How completions merge metadata updates into a row's metadata: RFC 7396 merge-patch (nested
+#: objects merge, a null deletes its key), the Executor protocol's contract for SQLite. (River Go
+#: 0.51's own SQLite driver replaces top-level keys and keeps nulls, like PostgreSQL's ``||``.)
+METADATA_MERGE: Final = "jsonb_patch({doc}, {patch})"
+
+
 @attrs.frozen
 class Queries:
     """Every statement the executor runs, for one schema (attached database) or none."""
@@ -97,6 +206,20 @@ class Queries:
     column_exists: str
     notification_last_id: str
     notification_after: str
+    # the runtime's hot path
+    job_get_available: str
+    job_get_available_kinds: str
+    job_complete_if_running: str
+    job_merge_metadata: str
+    job_get_many: str
+    job_cancel: str
+    notify_one: str
+    # queues
+    queue_create_or_set_updated_at: str
+    queue_get: str
+    queue_list: str
+    queue_pause: str
+    queue_resume: str
 
     @classmethod
     def for_schema(cls, schema: str | None) -> Queries:
@@ -122,4 +245,47 @@ class Queries:
                 "WHERE id > ?1 AND topic IN (SELECT t.value FROM json_each(?2) AS t) "
                 "ORDER BY id LIMIT ?3"
             ),
+            job_get_available=_claim(prefix, kinds=False),
+            job_get_available_kinds=_claim(prefix, kinds=True),
+            job_complete_if_running=_complete(prefix, METADATA_MERGE),
+            # ?1: a JSON array of [id, updates] pairs.
+            job_merge_metadata=f"""
+UPDATE {prefix}river_job AS j
+SET metadata = {METADATA_MERGE.format(doc="j.metadata", patch="c.updates")}
+FROM (SELECT b.value ->> 0 AS id, b.value ->> 1 AS updates FROM json_each(?1) AS b) AS c
+WHERE j.id = c.id
+RETURNING {JOB_COLUMNS}""",
+            job_get_many=(
+                f"SELECT {JOB_COLUMNS} FROM {prefix}river_job "
+                "WHERE id IN (SELECT b.value FROM json_each(?1) AS b)"
+            ),
+            # A running job is only flagged: its client stops it (told by the notification).
+            job_cancel=f"""
+UPDATE {prefix}river_job
+SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
+    finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE ?3 END,
+    metadata = jsonb_set(metadata, '$.cancel_attempted_at', ?2)
+WHERE id = ?1
+    AND state NOT IN {FINAL_STATES}
+    AND finalized_at IS NULL
+RETURNING {JOB_COLUMNS}""",
+            notify_one=f"INSERT INTO {prefix}river_notification (topic, payload) VALUES (?1, ?2)",
+            queue_create_or_set_updated_at=f"""
+INSERT INTO {prefix}river_queue (name, created_at, metadata, paused_at, updated_at)
+VALUES (?1, ?3, jsonb(?2), NULL, ?3)
+ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at
+RETURNING {QUEUE_COLUMNS}""",
+            queue_get=f"SELECT {QUEUE_COLUMNS} FROM {prefix}river_queue WHERE name = ?1",
+            queue_list=f"SELECT {QUEUE_COLUMNS} FROM {prefix}river_queue ORDER BY name LIMIT ?1",
+            # Both match every row of the name (or all for '*'); only a change moves updated_at.
+            queue_pause=f"""
+UPDATE {prefix}river_queue
+SET paused_at = coalesce(paused_at, ?2),
+    updated_at = CASE WHEN paused_at IS NULL THEN ?2 ELSE updated_at END
+WHERE ?1 = '*' OR name = ?1""",
+            queue_resume=f"""
+UPDATE {prefix}river_queue
+SET paused_at = NULL,
+    updated_at = CASE WHEN paused_at IS NULL THEN updated_at ELSE ?2 END
+WHERE ?1 = '*' OR name = ?1""",
         )
