@@ -12,12 +12,12 @@ import contextlib
 import datetime as dt
 import re
 import socket
-import time
 from collections.abc import Callable, Sequence
 
 from ._errors import ConfigError, ValidationError
 from ._insert import InsertManyParams, build_insert_params
 from ._job import InsertOpts, InsertResult, JobState
+from ._limiter import KeyedBurstLimiter
 from ._timeutil import utc_now
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
@@ -25,7 +25,8 @@ __all__ = ["Client", "default_client_id"]
 
 _SCHEMA_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _ID_MAX = 100
-#: River's FetchCooldown default; insert notifications per queue are limited to one per cooldown.
+#: River's FetchCooldown default: insert notifications per queue are limited per this window
+#: (see :mod:`river_anyio._limiter` for the burst allowance).
 NOTIFY_COOLDOWN = 0.1
 
 
@@ -34,23 +35,6 @@ def default_client_id(now: dt.datetime | None = None) -> str:
     host = socket.gethostname().replace(".", "_")[:60] or "unknown_host"
     now = now or utc_now()
     return f"{host}_{now.astimezone(dt.UTC).strftime('%Y_%m_%dT%H_%M_%S_%f')}"
-
-
-class _NotifyLimiter:
-    """Per-queue limit of one insert notification per cooldown, as River's notify limiter."""
-
-    def __init__(self, cooldown: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self._cooldown = cooldown
-        self._clock = clock
-        self._last: dict[str, float] = {}
-
-    def should_trigger(self, queue: str) -> bool:
-        now = self._clock()
-        last = self._last.get(queue)
-        if last is not None and now - last < self._cooldown:
-            return False
-        self._last[queue] = now
-        return True
 
 
 def _validate_schema(schema: object) -> str | None:
@@ -84,7 +68,7 @@ class Client:
         self._driver = driver
         self._id = id
         self._max_attempts = max_attempts
-        self._limiter = _NotifyLimiter(NOTIFY_COOLDOWN)
+        self._limiter = KeyedBurstLimiter(NOTIFY_COOLDOWN)
         #: Set by a running client: wakes its own producers after a committed insert.
         self._after_insert: Callable[[set[str]], None] | None = None
 
@@ -124,7 +108,7 @@ class Client:
 
     async def _notify(self, ex: Executor, params: Sequence[JobInsertParams]) -> None:
         queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
-        payloads = [f'{{"queue": "{q}"}}' for q in queues if self._limiter.should_trigger(q)]
+        payloads = [f'{{"queue": "{q}"}}' for q in queues if self._limiter.try_acquire(q)]
         if payloads and self._driver.supports_listen_notify:
             await ex.notify_many(TOPIC_INSERT, payloads)
 
