@@ -45,7 +45,7 @@ class BurstLimiter:
         self._trim(now)
         if len(self._times) < self._burst:
             return 0.0
-        return self._times[0] + self._window - now
+        return self._window - (now - self._times[0])  # same arithmetic as _trim
 
     def record(self) -> None:
         now = self._clock()
