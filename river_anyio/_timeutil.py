@@ -110,7 +110,7 @@ def _offset_suffix(value: dt.datetime) -> str:
 def format_rfc3339(value: dt.datetime) -> str:
     """Go's ``time.RFC3339``: seconds precision, ``Z`` or ``±hh:mm`` in the value's own offset."""
     _require_aware(value)
-    return value.strftime("%Y-%m-%dT%H:%M:%S") + _offset_suffix(value)
+    return value.replace(tzinfo=None).isoformat("T", "seconds") + _offset_suffix(value)
 
 
 def format_rfc3339nano(value: dt.datetime) -> str:
@@ -118,7 +118,9 @@ def format_rfc3339nano(value: dt.datetime) -> str:
     _require_aware(value)
     frac = f"{value.microsecond:06d}".rstrip("0")
     return (
-        value.strftime("%Y-%m-%dT%H:%M:%S") + (f".{frac}" if frac else "") + _offset_suffix(value)
+        value.replace(tzinfo=None).isoformat("T", "seconds")
+        + (f".{frac}" if frac else "")
+        + _offset_suffix(value)
     )
 
 
@@ -130,8 +132,8 @@ def format_sqlite_timestamp(value: dt.datetime) -> str:
     compare correctly against them.
     """
     _require_aware(value)
-    u = value.astimezone(UTC)
-    return u.strftime("%Y-%m-%d %H:%M:%S.") + f"{u.microsecond:06d}"
+    # isoformat zero-pads years below 1000 (strftime's %Y does not); text order needs it
+    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
 
 
 def utc_now() -> dt.datetime:

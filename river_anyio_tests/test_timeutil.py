@@ -94,3 +94,11 @@ def test_sqlite_format_sorts_with_rivers_text() -> None:
     local = dt.datetime(2026, 1, 2, 4, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1)))
     assert format_sqlite_timestamp(local) == "2026-01-02 03:04:05.000000"
     assert parse_sqlite_timestamp(ours) == dt.datetime(2026, 1, 2, 3, 4, 5, 123400, tzinfo=UTC)
+
+
+def test_formats_pad_small_years() -> None:
+    early = dt.datetime(1, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
+    assert format_sqlite_timestamp(early) == "0001-01-02 03:04:05.000006"
+    assert format_rfc3339(early) == "0001-01-02T03:04:05Z"
+    assert format_rfc3339nano(early) == "0001-01-02T03:04:05.000006Z"
+    assert format_sqlite_timestamp(early) < format_sqlite_timestamp(dt.datetime(2026, 1, 1, tzinfo=UTC))
