@@ -171,10 +171,10 @@ class Executor(Protocol):
     ) -> list[CompletionResult]:
         """Persist finished attempts in one statement (PostgreSQL) or one transaction (SQLite).
 
-        River's semantics (state, errors, finalized_at, scheduled_at only while running; a
-        ``retryable``/``scheduled`` target becomes ``cancelled`` when the row carries
-        ``cancel_attempted_at``; metadata merged even when not running: shallow ``||`` on
-        PostgreSQL, ``jsonb_patch`` on SQLite) plus the attempt guard described on
+        River 0.51's semantics (state, errors, finalized_at, scheduled_at only while running; an
+        ``available``/``retryable``/``scheduled`` target becomes ``cancelled`` when the row
+        carries ``cancel_attempted_at``; metadata merged even when not running, top-level keys
+        replaced and nulls kept, on both backends) plus the attempt guard described on
         :class:`JobCompletion`. One result per completion whose row still exists, in input
         order.
         """

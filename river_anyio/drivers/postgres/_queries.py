@@ -272,7 +272,7 @@ WITH input AS (
                 AND j.attempted_by[cardinality(j.attempted_by)] = %s::text,
             false
         ) AS applies,
-        i.state IN ('retryable', 'scheduled') AND j.metadata ? 'cancel_attempted_at'
+        i.state IN ('available', 'retryable', 'scheduled') AND j.metadata ? 'cancel_attempted_at'
             AS should_cancel
     FROM input AS i
     JOIN {p}river_job AS j ON j.id = i.id

@@ -585,7 +585,7 @@ class SQLiteExecutor:
         """Persist finished attempts: one hop, one transaction, results in input order.
 
         One statement over the batch (a repeated id runs after its earlier completion), with
-        the attempt guard; metadata updates are merged with ``jsonb_patch`` either way.
+        the attempt guard; metadata updates are merged (top-level keys replaced) either way.
         """
         if not completions:
             return []

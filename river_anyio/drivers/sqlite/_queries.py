@@ -129,7 +129,7 @@ def _complete(prefix: str, merge: str) -> str:
     # driven by the batch (+state keeps the planner off the state index: rowid lookups).
     # cancel: a retry or snooze of a job whose cancellation was requested ends it instead.
     cancel = (
-        "(c.state IN ('retryable', 'scheduled') "
+        "(c.state IN ('available', 'retryable', 'scheduled') "
         "AND (j.metadata -> 'cancel_attempted_at') IS NOT NULL)"
     )
     return f"""
@@ -185,10 +185,21 @@ COMPLETION_FIELDS: Final = (
 )
 
 
-#: How completions merge metadata updates into a row's metadata: RFC 7396 merge-patch (nested
-#: objects merge, a null deletes its key), the Executor protocol's contract for SQLite. (River Go
-#: 0.51's own SQLite driver replaces top-level keys and keeps nulls, like PostgreSQL's ``||``.)
-METADATA_MERGE: Final = "jsonb_patch({doc}, {patch})"
+#: How completions merge metadata updates into a row's metadata, as River Go 0.51's SQLite
+#: driver does and like PostgreSQL's ``||``: each top-level key of the update replaces the
+#: row's (nested objects are not merged) and nulls are stored. Keys keep their position.
+METADATA_MERGE: Final = """(
+    SELECT jsonb_group_object(m.key, json(m.val)) FROM (
+        SELECT d.key AS key,
+               CASE WHEN json_type({patch}, d.fullkey) IS NULL
+                    THEN {doc} -> d.fullkey ELSE {patch} -> d.fullkey END AS val
+        FROM json_each({doc}) AS d
+        UNION ALL
+        SELECT p.key, {patch} -> p.fullkey
+        FROM json_each({patch}) AS p
+        WHERE json_type({doc}, p.fullkey) IS NULL
+    ) AS m
+)"""
 
 
 @attrs.frozen

@@ -1,0 +1,182 @@
+"""PostgreSQL specifics of the runtime operations: row locks, prepared statements, schemas."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import anyio
+import pytest
+
+from river_anyio._job import JobState
+from river_anyio.drivers import TOPIC_CONTROL, JobCompletion, JobInsertParams
+from river_anyio.drivers.postgres import PostgresDriver, PostgresExecutor, open_postgres
+
+pytestmark = pytest.mark.anyio
+UTC = dt.UTC
+S = JobState
+
+
+def job(i: int = 0, **overrides: object) -> JobInsertParams:
+    values: dict[str, object] = {
+        "encoded_args": json.dumps({"i": i}).encode(),
+        "kind": "pg_runtime",
+        "max_attempts": 25,
+        "metadata": b"{}",
+        "priority": 1,
+        "queue": "default",
+        "state": S.AVAILABLE,
+        "tags": (),
+    }
+    values.update(overrides)
+    return JobInsertParams(**values)  # type: ignore[arg-type]
+
+
+async def insert(driver: PostgresDriver, n: int, **overrides: object) -> list[int]:
+    rows = await driver.executor().job_insert_fast_many([job(i, **overrides) for i in range(n)])
+    return [r.job.id for r in rows]
+
+
+async def prepared(ex: PostgresExecutor, marker: str) -> int:
+    rows = await ex.fetch_all(
+        "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s", (f"%{marker}%",)
+    )
+    return int(rows[0][0])
+
+
+async def test_claims_skip_rows_locked_by_another_transaction(pg_url: str) -> None:
+    async with open_postgres(pg_url) as driver:
+        ids = await insert(driver, 5)
+        async with driver.transaction() as tx:
+            held = await tx.job_get_available(queue="default", max_to_lock=2, client_id="a")
+            assert [j.id for j in held] == ids[:2]
+            with anyio.fail_after(5):  # SKIP LOCKED: no wait on the held rows
+                rest = await driver.executor().job_get_available(
+                    queue="default", max_to_lock=10, client_id="b"
+                )
+            assert [j.id for j in rest] == ids[2:]
+        # the held claim committed: nothing is left
+        assert (
+            await driver.executor().job_get_available(
+                queue="default", max_to_lock=10, client_id="b"
+            )
+            == []
+        )
+
+
+async def test_hot_statements_stay_one_prepared_statement(pg_url: str) -> None:
+    """Parameter types do not vary with values (limits, ids, batch sizes), so psycopg keeps
+    one prepared statement per hot query."""
+    async with open_postgres(pg_url, prepare_threshold=0) as driver:
+        small = await insert(driver, 20)
+        await driver.executor().execute("SELECT setval('river_job_id_seq', 5000000000)")
+        big = await insert(driver, 20)
+        now = dt.datetime.now(UTC)
+        async with driver.transaction() as tx:
+            assert isinstance(tx, PostgresExecutor)
+            for limit in (1, 3, 40_000, 70_000, 2):
+                await tx.job_get_available(
+                    queue="default", max_to_lock=limit, client_id="c", max_attempted_by=100
+                )
+            await tx.job_get_available(queue="nothing", max_to_lock=1, client_id="c", kinds=["k"])
+            await tx.job_get_available(
+                queue="nothing", max_to_lock=99_999, client_id="c", kinds=["k", "l"]
+            )
+            for batch in (small[:1], small[1:], big[:1], big[1:], [*small, *big]):
+                await tx.job_set_state_if_running_many(
+                    [
+                        JobCompletion(id=i, attempt=1, state=S.COMPLETED, finalized_at=now)
+                        for i in batch
+                    ],
+                    client_id="c",
+                )
+            await tx.job_cancel(job_id=small[0], cancel_attempted_at=now)
+            await tx.job_cancel(job_id=big[0], cancel_attempted_at=now)
+            assert await prepared(tx, "FOR UPDATE SKIP LOCKED") == 2  # with and without kinds
+            assert await prepared(tx, "WITH ORDINALITY AS i(") == 1
+            assert await prepared(tx, "'cancel'") == 1
+        rows = await driver.executor().job_list(states=[S.COMPLETED], limit=100)
+        assert len(rows) == 40
+
+
+async def test_custom_schema(pg_schema_url: str) -> None:
+    from ..conftest import CUSTOM_SCHEMA
+
+    async with (
+        open_postgres(pg_schema_url, schema=CUSTOM_SCHEMA) as driver,
+        driver.listener() as listener,
+    ):
+        await listener.listen(TOPIC_CONTROL)
+        ex = driver.executor()
+        ids = await insert(driver, 3, queue="sq")
+        claimed = await ex.job_get_available(queue="sq", max_to_lock=2, client_id="c")
+        assert [j.id for j in claimed] == ids[:2]
+        now = dt.datetime.now(UTC)
+        (res,) = await ex.job_set_state_if_running_many(
+            [JobCompletion(id=ids[0], attempt=1, state=S.COMPLETED, finalized_at=now)],
+            client_id="c",
+        )
+        assert res.applied and res.job.state is S.COMPLETED
+        cancelled = await ex.job_cancel(job_id=ids[2], cancel_attempted_at=now)
+        assert cancelled is not None and cancelled.state is S.CANCELLED
+        await ex.queue_create_or_set_updated_at(name="sq")
+        assert await ex.queue_pause("sq") == 1
+        got = []
+        with anyio.fail_after(10):
+            async for note in listener:
+                got.append(json.loads(note.payload))
+                if len(got) == 2:
+                    break
+        assert got == [
+            {"action": "cancel", "job_id": ids[2], "queue": "sq"},
+            {"action": "pause", "queue": "sq"},
+        ]
+        n = await ex.fetch_all(
+            f'SELECT count(*) FROM "{CUSTOM_SCHEMA}".river_queue WHERE paused_at IS NOT NULL'
+        )
+        assert n == [(1,)]
+
+
+async def test_cancel_payload_matches_river(pg_url: str) -> None:
+    """River builds the cancel payload with json_build_object (spaces around colons)."""
+    async with open_postgres(pg_url) as driver, driver.listener() as listener:
+        await listener.listen(TOPIC_CONTROL)
+        (job_id,) = await insert(driver, 1, queue="pq")
+        await driver.executor().job_cancel(job_id=job_id, cancel_attempted_at=dt.datetime.now(UTC))
+        with anyio.fail_after(10):
+            async for note in listener:
+                assert (
+                    note.payload == f'{{"action" : "cancel", "job_id" : {job_id}, "queue" : "pq"}}'
+                )
+                break
+
+
+async def test_completion_times_keep_microseconds_and_must_be_aware(pg_url: str) -> None:
+    from river_anyio import ValidationError
+
+    async with open_postgres(pg_url) as driver:
+        ex = driver.executor()
+        a, b = await insert(driver, 2)
+        await ex.job_get_available(queue="default", max_to_lock=2, client_id="c")
+        fin = dt.datetime(
+            2031, 2, 3, 4, 5, 6, 123457, tzinfo=dt.timezone(dt.timedelta(hours=5, minutes=30))
+        )
+        far = dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC)
+        with pytest.raises(ValidationError):
+            await ex.job_set_state_if_running_many(
+                [
+                    JobCompletion(
+                        id=a, attempt=1, state=S.COMPLETED, finalized_at=dt.datetime(2030, 1, 1)
+                    )
+                ],
+                client_id="c",
+            )
+        r1, r2 = await ex.job_set_state_if_running_many(
+            [
+                JobCompletion(id=a, attempt=1, state=S.COMPLETED, finalized_at=fin),
+                JobCompletion(id=b, attempt=1, state=S.RETRYABLE, scheduled_at=far),
+            ],
+            client_id="c",
+        )
+        assert r1.job.finalized_at == fin
+        assert r2.job.scheduled_at == far and r2.job.state is S.RETRYABLE
