@@ -84,7 +84,7 @@ async def _bench(
         url,
         queues={"default": QueueConfig(max_workers=max_workers)},
         workers=workers,
-        **options,  # type: ignore[arg-type]
+        **options,
     ) as run:
         client = run.client
 
