@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import datetime as dt
 import inspect
+import json
 import logging
 import math
 import threading
@@ -139,35 +140,53 @@ class Job(Generic[A_co]):
         return self.row.metadata
 
 
+_worker_logger = logging.getLogger("river_anyio.worker")
+
+
 class WorkContext:
     """What a worker gets besides its job: the client, the deadline, a logger, cancellation."""
 
-    def __init__(
-        self,
-        *,
-        client: Client,
-        job: JobRow,
-        deadline: float | None,
-        logger: logging.LoggerAdapter[logging.Logger],
-    ) -> None:
+    __slots__ = ("_cancelled", "_logger", "_metadata_updates", "client", "deadline", "job_row")
+
+    def __init__(self, *, client: Client, job: JobRow, deadline: float | None) -> None:
         self.client = client
         self.job_row = job
         #: ``anyio.current_time()`` by which the job times out, if it has a timeout.
         self.deadline = deadline
-        self.logger = logger
-        self._cancelled = threading.Event()
+        # created on first use: most jobs need neither (this is the per-job hot path)
+        self._cancelled: threading.Event | None = None
+        self._logger: logging.LoggerAdapter[logging.Logger] | None = None
         self._metadata_updates: dict[str, Any] = {}
 
     @property
     def cancelled(self) -> threading.Event:
         """Set when the job is cancelled (timeout, remote cancel, stop); for thread workers,
         which cannot be interrupted and should check it."""
+        if self._cancelled is None:
+            self._cancelled = threading.Event()
         return self._cancelled
 
+    @property
+    def logger(self) -> logging.LoggerAdapter[logging.Logger]:
+        """A logger (``river_anyio.worker``) that tags records with the job's id, kind, queue."""
+        if self._logger is None:
+            row = self.job_row
+            self._logger = logging.LoggerAdapter(
+                _worker_logger, {"job_id": row.id, "job_kind": row.kind, "queue": row.queue}
+            )
+        return self._logger
+
     def set_metadata(self, key: str, value: Any) -> None:
-        """Stage a metadata key, merged into the row when this attempt finishes."""
+        """Stage a metadata key, merged into the row when this attempt finishes.
+
+        The value must be JSON-encodable (checked now, as River's MetadataSet marshals it).
+        """
         if not isinstance(key, str) or key.startswith("river:"):
             raise ValueError("metadata keys must be str and may not start with 'river:'")
+        try:
+            json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"metadata value for {key!r} is not JSON-encodable: {exc}") from None
         self._metadata_updates[key] = value
 
 

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 from anyio.streams.memory import MemoryObjectSendStream
 
@@ -63,6 +64,9 @@ _default_policy = DefaultRetryPolicy()
 class UnknownJobKindError(Exception):
     """No worker is registered for a claimed job's kind (River's message)."""
 
+    #: recorded as River's bare message, without the exception type name
+    river_error_text = True
+
     def __init__(self, kind: str) -> None:
         super().__init__(f"job kind is not registered in the client's Workers bundle: {kind}")
 
@@ -74,11 +78,16 @@ class JobTimeoutError(Exception):
 
 def _error_text(exc: BaseException) -> str:
     text = str(exc)
+    if getattr(exc, "river_error_text", False):  # already the text to record
+        return text[:MAX_ERROR_TEXT]
     name = type(exc).__name__
     return (f"{name}: {text}" if text else name)[:MAX_ERROR_TEXT]
 
 
 def _trace_text(exc: BaseException) -> str:
+    own = getattr(exc, "river_trace", None)  # a process worker's trace, from the child
+    if isinstance(own, str):
+        return own[:MAX_ERROR_TEXT]
     return "".join(traceback.format_exception(exc))[:MAX_ERROR_TEXT]
 
 
@@ -142,13 +151,7 @@ class JobExecutor:
                 timeout = self._config.job_timeout if isinstance(own, _Unset) else own
                 deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
                 ctx = WorkContext(
-                    client=self._client,
-                    job=row,
-                    deadline=None if timeout is None else deadline,
-                    logger=logging.LoggerAdapter(
-                        logging.getLogger("river_anyio.worker"),
-                        {"job_id": row.id, "job_kind": row.kind, "queue": row.queue},
-                    ),
+                    client=self._client, job=row, deadline=None if timeout is None else deadline
                 )
                 result = _PENDING
                 with anyio.CancelScope(deadline=deadline) as scope:
@@ -161,6 +164,8 @@ class JobExecutor:
                         if scope.cancel_called:
                             ctx.cancelled.set()
                 remote = row.id in self.remote_cancelled
+                if not isinstance(result, _OUTCOMES) and result is not _PENDING:
+                    result = _bad_return(row, result)  # an error like any other (handler too)
                 if result is _PENDING:  # our own scope stopped the worker
                     if remote:
                         result = CancelOutcome(REMOTE_CANCEL_REASON)
@@ -179,17 +184,25 @@ class JobExecutor:
                 finished = self._finish(row, reg, job, result, start, started, None)
         except anyio.get_cancelled_exc_class():
             # The client is stopping and cancelled this job: give it back, unharmed.
-            finished = self._interrupted(row, start, started)
-            with anyio.CancelScope(shield=True):
-                await self._send.send(finished)
+            await self._hand_off(self._interrupted(row, start, started))
             raise
         finally:
             scopes.pop(row.id, None)
             self.remote_cancelled.discard(row.id)
-        with anyio.CancelScope(shield=True):
-            await self._send.send(finished)
+        await self._hand_off(finished)
+
+    async def _hand_off(self, finished: Finished) -> None:
+        """Give a result to the completer; only waits (shielded) when it is backed up."""
+        try:
+            self._send.send_nowait(finished)
+        except anyio.WouldBlock:
+            with anyio.CancelScope(shield=True):
+                await self._send.send(finished)
 
     async def _invoke(self, reg: Registration, ctx: WorkContext, job: Job[Any]) -> Any:
+        if reg.run_in == "loop" and not self._config.hooks and not self._config.middleware:
+            return await reg.work(ctx, job)  # the common case, without the wrapping
+
         async def innermost(ctx: WorkContext, job: Job[Any]) -> Any:
             await self._hooks("work_begin", ctx, job)
             error: BaseException | None = None
@@ -216,21 +229,37 @@ class JobExecutor:
         return await call(ctx, job)
 
     async def _in_thread(self, reg: Registration, ctx: WorkContext, job: Job[Any]) -> Any:
-        async with anyio.create_task_group() as tg:
+        # The thread cannot be interrupted: a watcher turns cancellation of this job into
+        # ``ctx.cancelled`` while the (shielded) wait for the thread goes on.
+        done = False
+        result: Any = None
+        error: BaseException | None = None
 
-            async def tell_thread_on_cancel() -> None:
-                try:
-                    await anyio.sleep_forever()
-                finally:
+        async def tell_thread_on_cancel() -> None:
+            try:
+                await anyio.sleep_forever()
+            finally:
+                if not done:
                     ctx.cancelled.set()
 
+        async with anyio.create_task_group() as tg:
             tg.start_soon(tell_thread_on_cancel)
             try:
-                return await anyio.to_thread.run_sync(
+                result = await anyio.to_thread.run_sync(
                     reg.work, ctx, job, limiter=self._thread_limiter
                 )
+            except Exception as exc:  # raised below, not wrapped in the task group's group
+                error = exc
             finally:
+                done = True
                 tg.cancel_scope.cancel()
+        # A thread that returned (or raised) after being told to stop was cancelled: the
+        # cancellation (timeout, remote cancel, stop) decides the outcome, on every backend.
+        if ctx.cancelled.is_set():
+            await anyio.lowlevel.checkpoint()
+        if error is not None:
+            raise error
+        return result
 
     async def _hooks(self, name: str, *args: Any) -> None:
         for hook in self._config.hooks:
@@ -277,15 +306,17 @@ class JobExecutor:
         kind = EventKind.JOB_COMPLETED
         params: dict[str, Any] = {"id": row.id, "attempt": row.attempt}
 
-        def err_elem(exc: BaseException, trace: bool, prefix: str = "") -> bytes:
+        def err_elem(exc: BaseException | str, trace: bool = False) -> bytes:
+            # an outcome's reason (a str) is recorded as given, with no exception type name
             nonlocal error_text
-            error_text = (prefix + _error_text(exc))[:MAX_ERROR_TEXT]
+            text = exc if isinstance(exc, str) else _error_text(exc)
+            error_text = text[:MAX_ERROR_TEXT]
             return json.dumps(
                 {
                     "at": format_rfc3339nano(start),
                     "attempt": row.attempt,
                     "error": error_text,
-                    "trace": _trace_text(exc) if trace else "",
+                    "trace": _trace_text(exc) if trace and not isinstance(exc, str) else "",
                 },
                 separators=(",", ":"),
             ).encode()
@@ -306,9 +337,8 @@ class JobExecutor:
             params.update(
                 state=JobState.CANCELLED,
                 finalized_at=now,
-                error=err_elem(Exception(result.reason), False, "JobCancelError: "),
+                error=err_elem(f"JobCancelError: {result.reason}"),
             )
-            error_text = f"JobCancelError: {result.reason}"
         elif isinstance(result, _CancelAfterError):
             kind = EventKind.JOB_CANCELLED
             params.update(
@@ -321,18 +351,11 @@ class JobExecutor:
             params.update(
                 state=JobState.DISCARDED,
                 finalized_at=now,
-                error=err_elem(Exception(result.reason), False, "JobDiscardError: "),
+                error=err_elem(f"JobDiscardError: {result.reason}"),
             )
-            error_text = f"JobDiscardError: {result.reason}"
         else:
             if not isinstance(result, _Failure):
-                result = _Failure(
-                    TypeError(
-                        f"worker for {row.kind!r} returned {type(result).__name__}; expected "
-                        "None or an outcome (snooze, discard, cancel)"
-                    ),
-                    trace=False,
-                )
+                result = _bad_return(row, result)
             kind = EventKind.JOB_FAILED
             elem = err_elem(result.exc, result.trace)
             if row.attempt >= row.max_attempts:
@@ -358,7 +381,14 @@ class JobExecutor:
                     "job %d: %s", row.id, error_text, extra={"river_event": "job_unknown_kind"}
                 )
         if meta:
-            params["metadata_updates"] = json.dumps(meta, separators=(",", ":")).encode()
+            try:
+                encoded = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
+            except (TypeError, ValueError) as exc:  # a staged value was mutated since
+                logger.error(
+                    "job %d: metadata updates dropped, not JSON-encodable: %s", row.id, exc
+                )
+            else:
+                params["metadata_updates"] = encoded
         return Finished(
             row=row,
             completion=JobCompletion(**params),
@@ -404,6 +434,19 @@ class JobExecutor:
             queue_wait=max(start - row.scheduled_at, dt.timedelta(0)),
             run_time=dt.timedelta(seconds=time.monotonic() - started),
         )
+
+
+_OUTCOMES = (type(None), SnoozeOutcome, DiscardOutcome, CancelOutcome, _Failure)
+
+
+def _bad_return(row: JobRow, result: object) -> _Failure:
+    return _Failure(
+        TypeError(
+            f"worker for {row.kind!r} returned {type(result).__name__}; expected None or an "
+            "outcome (snooze, discard, cancel)"
+        ),
+        trace=False,
+    )
 
 
 class _CancelAfterError:

@@ -25,11 +25,20 @@ logger = logging.getLogger("river_anyio.executor")
 
 
 class ProcessWorkerError(Exception):
-    """A process worker raised; the child's error text (and trace, in ``trace``)."""
+    """A process worker raised; the child's error text (and trace, in ``trace``).
+
+    Recorded as the child's own text and trace, not as this exception's.
+    """
+
+    river_error_text = True
 
     def __init__(self, message: str, trace: str = "") -> None:
         super().__init__(message)
         self.trace = trace
+
+    @property
+    def river_trace(self) -> str:
+        return self.trace
 
 
 class ProcessRunner:
