@@ -101,4 +101,6 @@ def test_formats_pad_small_years() -> None:
     assert format_sqlite_timestamp(early) == "0001-01-02 03:04:05.000006"
     assert format_rfc3339(early) == "0001-01-02T03:04:05Z"
     assert format_rfc3339nano(early) == "0001-01-02T03:04:05.000006Z"
-    assert format_sqlite_timestamp(early) < format_sqlite_timestamp(dt.datetime(2026, 1, 1, tzinfo=UTC))
+    assert format_sqlite_timestamp(early) < format_sqlite_timestamp(
+        dt.datetime(2026, 1, 1, tzinfo=UTC)
+    )

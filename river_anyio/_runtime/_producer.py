@@ -14,6 +14,7 @@ whose cancellation (timeout escalation or stop-and-cancel) comes from the enclos
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import math
@@ -150,11 +151,26 @@ class Producer:
     # --- the service --------------------------------------------------------------------------
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        with anyio.fail_after(HOT_OPERATION_TIMEOUT):
-            row = await self._driver.executor().queue_create_or_set_updated_at(name=self.queue)
-        self._paused = row.paused_at is not None
-        receive = self._notifier.subscribe(self) if self._notifier is not None else None
-        async with self._send, anyio.create_task_group() as services:
+        # The completer returns once every producer has closed its stream: close it however
+        # this ends, even when the start fails.
+        with self._send:
+            with anyio.fail_after(HOT_OPERATION_TIMEOUT):
+                row = await self._driver.executor().queue_create_or_set_updated_at(name=self.queue)
+            self._paused = row.paused_at is not None
+            receive = self._notifier.subscribe(self) if self._notifier is not None else None
+            # This frame closes ``receive`` too: a notification task cancelled before it first
+            # runs (asyncio) would leave it open.
+            with receive if receive is not None else contextlib.nullcontext():
+                await self._serve(receive, task_status)
+            if self._notifier is not None:
+                self._notifier.unsubscribe(self)
+
+    async def _serve(
+        self,
+        receive: MemoryObjectReceiveStream[Notification] | None,
+        task_status: TaskStatus[None],
+    ) -> None:
+        async with anyio.create_task_group() as services:
             if receive is not None:
                 services.start_soon(self._notifications, receive)
             elif self._config.poll_only:
@@ -167,8 +183,6 @@ class Producer:
                         await self._fetch_loop(jobs)
             # every job has finished and been handed to the completer
             services.cancel_scope.cancel("producer stopped")
-        if self._notifier is not None:
-            self._notifier.unsubscribe(self)
 
     def _poll_delay(self) -> float:
         p = self._poll_interval

@@ -95,8 +95,8 @@ class ClientRun:
         self._events = events
         self._stop_requested = anyio.Event()
         self._stopped = anyio.Event()
-        self._stop_timeout: float | None = math.inf
-        self._cancel_jobs = False
+        self._stop_deadline = math.inf
+        self._cancel_reason: str | None = None
         self._producers_scope: anyio.CancelScope | None = None
         self._escalation: anyio.CancelScope | None = None
         self._producers: dict[str, Producer] = {}
@@ -111,25 +111,45 @@ class ClientRun:
     def stop(self, timeout: float | None = None) -> None:
         """Begin a graceful stop: stop claiming, let running jobs finish, and cancel them once
         ``timeout`` seconds have passed (``None``: wait for them however long it takes).
-        Returns at once; ``await run.wait()`` for the end."""
-        if timeout is not None and (not isinstance(timeout, int | float) or timeout < 0):
+        Returns at once; ``await run.wait()`` for the end. Calling it again can bring the
+        deadline forward, never push it back."""
+        if timeout is not None and (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, int | float)
+            or math.isnan(timeout)
+            or timeout < 0
+        ):
             raise ConfigError(
                 "timeout", "must be a non-negative number of seconds or None", timeout
             )
-        limit = math.inf if timeout is None else float(timeout)
-        first = not self._stop_requested.is_set()
-        if first or limit < (self._stop_timeout or math.inf):
-            self._stop_timeout = limit
-        self._stop_requested.set()
-        if not first and self._escalation is not None:
-            self._escalation.cancel("stop timeout shortened")  # re-armed by the stopper
+        deadline = math.inf if timeout is None else anyio.current_time() + float(timeout)
+        if deadline < self._stop_deadline:
+            self._stop_deadline = deadline
+            if self._escalation is not None:
+                self._escalation.cancel("stop deadline brought forward")  # the stopper re-arms
+        self._request_stop()
 
     def stop_and_cancel(self) -> None:
         """Stop now: running jobs are cancelled and made available again (interrupted)."""
-        self._cancel_jobs = True
-        self._stop_requested.set()
-        if self._producers_scope is not None:
-            self._producers_scope.cancel(STOP_AND_CANCEL_REASON)
+        self._request_stop()
+        self._cancel_jobs(STOP_AND_CANCEL_REASON)
+
+    def _request_stop(self) -> None:
+        # Producers stop claiming now, not when the stopper task next runs: once stop()
+        # returns no new claim begins (trio may run a producer before the stopper).
+        if not self._stop_requested.is_set():
+            logger.info("client %s stopping", self.client.id)
+            self._stop_requested.set()
+        for producer in self._producers.values():
+            producer.stop_fetching()
+
+    def _cancel_jobs(self, reason: str) -> None:
+        # Cancelling the producers while they start would fail their start: a stop that
+        # arrives during start is applied as soon as every producer has started.
+        if self._cancel_reason is None:
+            self._cancel_reason = reason
+        if self._started and self._producers_scope is not None:
+            self._producers_scope.cancel(reason)
 
     async def wait(self) -> None:
         """Wait until the run has fully stopped."""
@@ -182,22 +202,17 @@ class ClientRun:
                 self._events.publish(Event(kind=EventKind.LOOP_LAG, details={"lag": lag}))
 
     async def _stopper(self) -> None:
-        """Turns a stop request into scope cancellations (fetching first, then jobs)."""
+        """Cancels the running jobs once the stop deadline passes."""
         await self._stop_requested.wait()
-        logger.info("client %s stopping", self.client.id)
-        for producer in self._producers.values():
-            producer.stop_fetching()
         while True:
             with anyio.CancelScope() as self._escalation:
-                timeout = self._stop_timeout
-                if timeout is not None and math.isfinite(timeout):
-                    await anyio.sleep(timeout)
-                    if self._producers_scope is not None:
-                        logger.warning("soft stop timeout passed; cancelling running jobs")
-                        self._producers_scope.cancel(STOP_TIMEOUT_REASON)
+                if math.isfinite(self._stop_deadline):
+                    await anyio.sleep_until(self._stop_deadline)
+                    logger.warning("soft stop timeout passed; cancelling running jobs")
+                    self._cancel_jobs(STOP_TIMEOUT_REASON)
                     return
                 await anyio.sleep_forever()
-            # a shorter timeout was asked for: re-arm
+            # the deadline was brought forward: re-arm
 
     async def _run(
         self,
@@ -262,23 +277,28 @@ class ClientRun:
                             events=self._events,
                             notifier=notifier,
                         )
+                if self._stop_requested.is_set():
+                    self._request_stop()
                 root.start_soon(self._stopper, name="river stopper")
                 self.client._after_insert = self._trigger_queues
-                async with anyio.create_task_group() as producers:
-                    self._producers_scope = producers.cancel_scope
-                    if self._cancel_jobs:
-                        producers.cancel_scope.cancel(STOP_AND_CANCEL_REASON)
-                    for name, producer in self._producers.items():
-                        await producers.start(producer.run, name=f"river producer {name}")
-                    self._started = True
-                    task_status.started(self)
-                    logger.info("client %s started (%d queues)", config.id, len(config.queues))
-                    await self._stop_requested.wait()
-                # Every producer is done and its completion stream closed (also those that
-                # never started): the completer writes what is left, then the rest of the run
-                # is torn down.
-                for stream in streams:
-                    stream.close()
+                try:
+                    async with anyio.create_task_group() as producers:
+                        self._producers_scope = producers.cancel_scope
+                        for name, producer in self._producers.items():
+                            await producers.start(producer.run, name=f"river producer {name}")
+                        self._started = True
+                        if self._cancel_reason is not None:  # stop-and-cancel during start
+                            producers.cancel_scope.cancel(self._cancel_reason)
+                        task_status.started(self)
+                        logger.info("client %s started (%d queues)", config.id, len(config.queues))
+                        await self._stop_requested.wait()
+                finally:
+                    # Every producer is done and has closed its completion stream; close those
+                    # of producers that never started (a failed start), or the completer
+                    # would wait for them forever. It then writes what is left, and the rest
+                    # of the run is torn down.
+                    for stream in streams:
+                        stream.close()
                 with anyio.CancelScope(shield=True):
                     await completer_done.wait()
                 root.cancel_scope.cancel("client stopped")
@@ -339,10 +359,41 @@ def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
     driver_options = opts.get("driver_options")
     if driver_options is not None and not isinstance(driver_options, dict):
         raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
+    if driver_options and isinstance(database, str):
+        _check_driver_options(database, driver_options)
+    clock = opts.get("clock")
+    if clock is not None and not callable(getattr(clock, "now", None)):
+        raise ConfigError("clock", "must be an object with a now() method", clock)
     kw = {k.lstrip("_"): opts.get(k, v) for k, v in defaults.items()}
     if kw["job_timeout"] is UNSET:
         kw["job_timeout"] = 60.0
     return build_config(id=client_id, **kw)
+
+
+#: The keyword options of ``open_postgres``/``open_sqlite`` (a test keeps them in step). Not
+#: read from their signatures: importing a driver (psycopg finds libpq) blocks the loop.
+DRIVER_OPTIONS = {
+    "postgres": frozenset(
+        {"pool_max_size", "acquire_timeout", "connect_timeout", "prepare_threshold"}
+    ),
+    "sqlite": frozenset({"busy_timeout", "attach"}),
+}
+
+
+def _check_driver_options(url: str, driver_options: dict[str, Any]) -> None:
+    """Unknown driver option names are configuration errors, not a TypeError at start."""
+    dialect = dialect_of_url(url)
+    known = DRIVER_OPTIONS[dialect]
+    for name in driver_options:
+        if name == "schema":
+            raise ConfigError("driver_options", "use open_client's schema option, not schema")
+        if name not in known:
+            raise ConfigError(
+                "driver_options",
+                f"{name!r} is not an option of the {dialect} driver "
+                f"(options: {', '.join(sorted(known))})",
+                name,
+            )
 
 
 @contextlib.asynccontextmanager
@@ -372,9 +423,12 @@ async def run_client(
 ) -> None:
     """Run a client until it is stopped, in a task group the caller brings::
 
-    run = await tg.start(river_anyio.run_client, url, queues=..., workers=...)
+    run = await tg.start(functools.partial(river_anyio.run_client, url, queues=..., workers=...))
     ...
     run.stop()
+
+    (``TaskGroup.start`` passes no keyword arguments, hence ``functools.partial``.) Cancelling
+    the caller's scope is a hard stop: running jobs are interrupted and written back.
     """
     config = _config_from(database, options)
     driver_options = options.get("driver_options")
@@ -409,6 +463,7 @@ async def open_client(database: str | Driver, **options: Any) -> AsyncIterator[C
     user_exc: BaseException | None = None
     started = False
     cancelled = anyio.get_cancelled_exc_class()
+    reraise: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
             run: ClientRun = await tg.start(_run_client_task, database, options)
@@ -422,23 +477,27 @@ async def open_client(database: str | Driver, **options: Any) -> AsyncIterator[C
                 raise
             run.stop(config.soft_stop_timeout)
     except BaseExceptionGroup as group:
-        leaves = _leaves(group)
+        real = [e for e in _leaves(group) if not isinstance(e, cancelled)]
+        fatal = [e for e in real if isinstance(e, KeyboardInterrupt | SystemExit)]
         if user_exc is not None:
-            internal = [e for e in leaves if e is not user_exc and not isinstance(e, cancelled)]
+            internal = [e for e in real if e is not user_exc]
             if internal:
                 user_exc.__context__ = BaseExceptionGroup("river_anyio internal errors", internal)
-            raise user_exc from None
-        real = [e for e in leaves if not isinstance(e, cancelled)]
-        for e in real:
-            if isinstance(e, KeyboardInterrupt | SystemExit):
-                raise e from None
-        if not real:
+            # raised below, outside this handler, so its __cause__, __context__ and
+            # __suppress_context__ stay exactly as the body left them
+            reraise = user_exc
+        elif fatal:
+            raise fatal[0] from None
+        elif not real:
             raise
-        if not started and len(real) == 1:
+        elif not started and len(real) == 1:
             raise real[0] from None  # a start-up failure is raised as itself
-        raise ClientCrashedError(
-            f"a river_anyio service failed: {type(real[0]).__name__}: {real[0]}"
-        ) from group
+        else:
+            raise ClientCrashedError(
+                f"a river_anyio service failed: {type(real[0]).__name__}: {real[0]}"
+            ) from group
+    if reraise is not None:
+        raise reraise
 
 
 async def _run_client_task(
