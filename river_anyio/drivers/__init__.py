@@ -10,8 +10,13 @@ The protocols are public for annotations but unstable for third-party implemente
 from __future__ import annotations
 
 import contextlib
+import importlib
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
+
+import anyio
+import anyio.to_thread
 
 from .._errors import ConfigError
 from ._protocol import (
@@ -95,23 +100,31 @@ def _missing_extra(extra: str, exc: ImportError) -> ConfigError:
     )
 
 
+_BACKENDS = {"postgres": ("postgres", "psycopg"), "sqlite": ("sqlite", "apsw")}
+
+
+async def _backend(dialect: Dialect) -> Any:
+    """The backend's module, imported in a worker thread: importing psycopg (libpq) or apsw does
+    file I/O that must not stall the event loop."""
+    extra, dependency = _BACKENDS[dialect]
+    name = f"{__name__}.{dialect}"
+    if name in sys.modules:
+        return sys.modules[name]
+    try:
+        return await anyio.to_thread.run_sync(importlib.import_module, name)
+    except ImportError as exc:
+        if exc.name is not None and exc.name.split(".")[0] == dependency:
+            raise _missing_extra(extra, exc) from exc
+        raise
+
+
 @contextlib.asynccontextmanager
 async def open_driver(
     url: str, *, schema: str | None = None, **options: Any
 ) -> AsyncIterator[Driver]:
     """Open the driver a URL names; ``options`` go to ``open_postgres``/``open_sqlite``."""
     dialect = dialect_of_url(url)
-    if dialect == "postgres":
-        try:
-            from .postgres import open_postgres
-        except ImportError as exc:
-            raise _missing_extra("postgres", exc) from exc
-        async with open_postgres(url, schema=schema, **options) as pg:
-            yield pg
-    else:
-        try:
-            from .sqlite import open_sqlite
-        except ImportError as exc:
-            raise _missing_extra("sqlite", exc) from exc
-        async with open_sqlite(url, schema=schema, **options) as lite:
-            yield lite
+    backend = await _backend(dialect)
+    opener = backend.open_postgres if dialect == "postgres" else backend.open_sqlite
+    async with opener(url, schema=schema, **options) as driver:
+        yield driver
