@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import inspect
+import logging
 import re
 import socket
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from ._errors import ConfigError, ValidationError
 from ._insert import InsertManyParams, build_insert_params
@@ -22,6 +25,8 @@ from ._timeutil import utc_now
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
 __all__ = ["Client", "default_client_id"]
+
+logger = logging.getLogger("river_anyio.client")
 
 _SCHEMA_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _ID_MAX = 100
@@ -64,10 +69,24 @@ def _validate_max_attempts(value: object) -> int:
 class Client:
     """Inserts jobs. Obtained from :func:`open_client` as ``run.client``."""
 
-    def __init__(self, driver: Driver, *, id: str, max_attempts: int) -> None:
+    def __init__(
+        self,
+        driver: Driver,
+        *,
+        id: str,
+        max_attempts: int,
+        middleware: Sequence[Any] = (),
+        hooks: Sequence[Any] = (),
+    ) -> None:
         self._driver = driver
         self._id = id
         self._max_attempts = max_attempts
+        self._insert_middleware = [
+            m.insert for m in middleware if callable(getattr(m, "insert", None))
+        ]
+        self._insert_hooks = [
+            h.insert_begin for h in hooks if callable(getattr(h, "insert_begin", None))
+        ]
         self._limiter = KeyedBurstLimiter(NOTIFY_COOLDOWN)
         #: Set by a running client: wakes its own producers after a committed insert.
         self._after_insert: Callable[[set[str]], None] | None = None
@@ -112,15 +131,48 @@ class Client:
         if payloads and self._driver.supports_listen_notify:
             await ex.notify_many(TOPIC_INSERT, payloads)
 
+    async def _through_middleware(
+        self, params: Sequence[JobInsertParams], insert: Callable[[Sequence[JobInsertParams]], Any]
+    ) -> Any:
+        """Insert hooks (observers: a raising one is logged and ignored), then the insert
+        middleware chain (``async def insert(self, params, next)``, outermost first)."""
+        for hook in self._insert_hooks:
+            for p in params:
+                try:
+                    res = hook(p)
+                    if inspect.isawaitable(res):
+                        await res
+                except Exception:
+                    logger.exception("insert_begin hook raised; ignored")
+        call = insert
+        for mw in reversed(self._insert_middleware):
+            call = _wrap_insert(mw, call)
+        return await call(params)
+
     async def _insert_many_on(
         self, ex: Executor, params: Sequence[JobInsertParams]
     ) -> list[InsertResult]:
-        inserted = await ex.job_insert_fast_many(params)
-        await self._notify(ex, params)
-        return [
-            InsertResult(job=r.job, unique_skipped_as_duplicate=r.unique_skipped_as_duplicate)
-            for r in inserted
-        ]
+        async def insert(ps: Sequence[JobInsertParams]) -> list[InsertResult]:
+            inserted = await ex.job_insert_fast_many(ps)
+            await self._notify(ex, ps)
+            return [
+                InsertResult(job=r.job, unique_skipped_as_duplicate=r.unique_skipped_as_duplicate)
+                for r in inserted
+            ]
+
+        if not self._insert_hooks and not self._insert_middleware:
+            return await insert(params)
+        return list(await self._through_middleware(params, insert))
+
+    async def _insert_fast_on(self, ex: Executor, params: Sequence[JobInsertParams]) -> int:
+        async def insert(ps: Sequence[JobInsertParams]) -> int:
+            count = await ex.job_insert_fast_many_no_returning(ps)
+            await self._notify(ex, ps)
+            return count
+
+        if not self._insert_hooks and not self._insert_middleware:
+            return await insert(params)
+        return int(await self._through_middleware(params, insert))
 
     # --- public API -------------------------------------------------------------------------
 
@@ -162,14 +214,19 @@ class Client:
         """
         built = self._many(params)
         async with self._driver.transaction() as tx:
-            count = await tx.job_insert_fast_many_no_returning(built)
-            await self._notify(tx, built)
+            count = await self._insert_fast_on(tx, built)
         self._committed(built)
         return count
 
     async def insert_many_fast_tx(self, tx: object, params: Sequence[object]) -> int:
         built = self._many(params)
-        ex = self._driver.executor_for(tx)
-        count = await ex.job_insert_fast_many_no_returning(built)
-        await self._notify(ex, built)
-        return count
+        return await self._insert_fast_on(self._driver.executor_for(tx), built)
+
+
+def _wrap_insert(
+    mw: Callable[..., Any], nxt: Callable[[Sequence[JobInsertParams]], Any]
+) -> Callable[[Sequence[JobInsertParams]], Any]:
+    async def call(params: Sequence[JobInsertParams]) -> Any:
+        return await mw(params, nxt)
+
+    return call

@@ -437,7 +437,13 @@ async def run_client(
     clock = options.get("clock") or SystemClock()
     events = EventHub()
     async with _driver_for(database, config, driver_options) as driver:
-        client = Client(driver, id=config.id, max_attempts=config.max_attempts)
+        client = Client(
+            driver,
+            id=config.id,
+            max_attempts=config.max_attempts,
+            middleware=config.middleware,
+            hooks=config.hooks,
+        )
         run = ClientRun(client, config, events)
         await run._run(driver, clock, task_status=task_status)
 

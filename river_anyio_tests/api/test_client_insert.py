@@ -215,3 +215,44 @@ async def test_open_client_validates_arguments(kwargs: dict, field: str, message
         async with river.open_client(**kwargs):
             pass
     assert info.value.field == field
+
+
+async def test_insert_middleware_and_hooks(database_url: str) -> None:
+    import attrs as _attrs
+
+    calls: list[str] = []
+
+    class Tagging:
+        async def insert(self, params, next):  # noqa: A002 - River's name for the chain
+            calls.append(f"mw:{len(params)}")
+            tagged = [_attrs.evolve(p, tags=(*p.tags, "via-mw")) for p in params]
+            return await next(tagged)
+
+    class Observer:
+        def insert_begin(self, params) -> None:
+            calls.append(f"hook:{params.kind}")
+
+    class Broken:
+        def insert_begin(self, params) -> None:
+            raise RuntimeError("observer bug")
+
+    async with river.open_client(
+        database_url, middleware=[Tagging()], hooks=[Broken(), Observer()]
+    ) as run:
+        one = await run.client.insert(Email(to="m"))
+        many = await run.client.insert_many([Email(to="a"), Report(report_id=3)])
+        n = await run.client.insert_many_fast([Email(to="f")])
+        rows = await run.client.driver.executor().job_list()
+    assert one.job.tags == ("via-mw",)
+    assert [r.job.tags for r in many] == [("via-mw",), ("via-mw",)]
+    assert n == 1
+    assert all(r.tags == ("via-mw",) for r in rows)
+    assert calls == [
+        "hook:email",
+        "mw:1",
+        "hook:email",
+        "hook:report",
+        "mw:2",
+        "hook:email",
+        "mw:1",
+    ]
