@@ -223,7 +223,7 @@ async def test_insert_middleware_and_hooks(database_url: str) -> None:
     calls: list[str] = []
 
     class Tagging:
-        async def insert(self, params, next):  # noqa: A002 - River's name for the chain
+        async def insert(self, params, next):
             calls.append(f"mw:{len(params)}")
             tagged = [_attrs.evolve(p, tags=(*p.tags, "via-mw")) for p in params]
             return await next(tagged)
