@@ -244,7 +244,9 @@ class Completer:
             try:
                 with anyio.fail_after(self._try_timeout):
                     results = await self._driver.executor().job_set_state_if_running_many(
-                        completions, client_id=self._client_id
+                        completions,
+                        client_id=self._client_id,
+                        return_rows=self._events.active,  # rows are only needed for events
                     )
                 return results, None
             except (DatabaseError, TimeoutError) as exc:
@@ -289,7 +291,7 @@ class Completer:
     def _done(self, batch: list[Finished], results: list[CompletionResult]) -> None:
         self._written += len(batch)
         self._release_backpressure()
-        by_id = {r.job.id: r for r in results}
+        by_id = {r.id: r for r in results}
         races = [f for f in batch if (r := by_id.get(f.row.id)) is not None and not r.applied]
         self._races += len(races)
         for f in races:
@@ -305,7 +307,7 @@ class Completer:
         now = time.monotonic()
         for f in batch:
             r = by_id.get(f.row.id)
-            if r is None:
+            if r is None or r.job is None:  # deleted, or a subscriber arrived mid-write
                 continue
             kind = f.kind
             if not r.applied:

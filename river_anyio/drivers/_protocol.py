@@ -84,10 +84,12 @@ class JobCompletion:
 
 @attrs.frozen(kw_only=True)
 class CompletionResult:
-    """The row after a completion, and whether the state change was applied (the guard held)."""
+    """A completion's job id, whether the state change was applied (the guard held), and the
+    row after it (``None`` when rows were not asked for)."""
 
-    job: JobRow
+    id: int
     applied: bool
+    job: JobRow | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -167,7 +169,7 @@ class Executor(Protocol):
         ...
 
     async def job_set_state_if_running_many(
-        self, completions: Sequence[JobCompletion], *, client_id: str
+        self, completions: Sequence[JobCompletion], *, client_id: str, return_rows: bool = True
     ) -> list[CompletionResult]:
         """Persist finished attempts in one statement (PostgreSQL) or one transaction (SQLite).
 
@@ -176,7 +178,8 @@ class Executor(Protocol):
         carries ``cancel_attempted_at``; metadata merged even when not running, top-level keys
         replaced and nulls kept, on both backends) plus the attempt guard described on
         :class:`JobCompletion`. One result per completion whose row still exists, in input
-        order.
+        order; with ``return_rows=False`` the rows are not decoded (``job`` is None), which
+        the completer uses when nobody subscribes to events.
         """
         ...
 

@@ -843,3 +843,21 @@ async def test_queue_pause_resume(database_url: str) -> None:
             q3 = await ex.queue_get("q3")
             assert q3 is not None and q3.paused_at is None
             await expect_nothing_more(driver, listener)
+
+
+async def test_completion_without_rows(database_url: str) -> None:
+    async with open_driver(database_url) as driver:
+        a, b = await running(driver, params(1), params(2))
+        ex = driver.executor()
+        results = await ex.job_set_state_if_running_many(
+            [
+                JobCompletion(id=b.id, attempt=1, state=S.COMPLETED, finalized_at=ms(now())),
+                JobCompletion(id=a.id, attempt=7, state=S.COMPLETED, finalized_at=ms(now())),
+                JobCompletion(id=10**12, attempt=1, state=S.COMPLETED, finalized_at=ms(now())),
+            ],
+            client_id=CLIENT,
+            return_rows=False,
+        )
+        assert [(r.id, r.applied, r.job) for r in results] == [(b.id, True, None), (a.id, False, None)]
+        got = await ex.job_get_by_id(b.id)
+        assert got is not None and got.state is S.COMPLETED

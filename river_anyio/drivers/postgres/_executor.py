@@ -473,7 +473,7 @@ class PostgresExecutor:
         return rows_to_jobs(await self._run(op))
 
     async def job_set_state_if_running_many(
-        self, completions: Sequence[JobCompletion], *, client_id: str
+        self, completions: Sequence[JobCompletion], *, client_id: str, return_rows: bool = True
     ) -> list[CompletionResult]:
         if not completions:
             return []
@@ -485,8 +485,10 @@ class PostgresExecutor:
             return await cur.fetchall()
 
         rows = await self._run(op)
+        if not return_rows:
+            return [CompletionResult(id=row[0], applied=row[18]) for row in rows]
         return [
-            CompletionResult(job=job, applied=row[18])
+            CompletionResult(id=job.id, job=job, applied=row[18])
             for job, row in zip(rows_to_jobs(rows), rows, strict=True)
         ]
 

@@ -351,7 +351,11 @@ def _waves(completions: Sequence[JobCompletion]) -> list[list[int]]:
 
 
 def _op_complete(
-    conn: apsw.Connection, q: Queries, completions: Sequence[JobCompletion], client_id: str
+    conn: apsw.Connection,
+    q: Queries,
+    completions: Sequence[JobCompletion],
+    client_id: str,
+    return_rows: bool = True,
 ) -> list[CompletionResult]:
     """Every completion, in the caller's transaction: one guarded UPDATE for the batch, then
     (only for completions whose guard failed) a metadata merge or a plain read."""
@@ -376,9 +380,11 @@ def _op_complete(
         for i, c in zip(wave, batch, strict=True):
             found[i] = by_id.get(c.id)
     hits = [f for f in found if f is not None]
+    if not return_rows:
+        return [CompletionResult(id=row[0], applied=applied) for row, applied in hits]
     jobs = job_rows([row for row, _ in hits])
     return [
-        CompletionResult(job=job, applied=applied)
+        CompletionResult(id=job.id, job=job, applied=applied)
         for job, (_, applied) in zip(jobs, hits, strict=True)
     ]
 
@@ -580,7 +586,7 @@ class SQLiteExecutor:
         return await self._write(lambda c: _op_claim(c, sql, args))
 
     async def job_set_state_if_running_many(
-        self, completions: Sequence[JobCompletion], *, client_id: str
+        self, completions: Sequence[JobCompletion], *, client_id: str, return_rows: bool = True
     ) -> list[CompletionResult]:
         """Persist finished attempts: one hop, one transaction, results in input order.
 
@@ -591,7 +597,7 @@ class SQLiteExecutor:
             return []
         q = self._q
         batch = list(completions)
-        return await self._write(lambda c: _op_complete(c, q, batch, client_id))
+        return await self._write(lambda c: _op_complete(c, q, batch, client_id, return_rows))
 
     async def job_cancel(
         self, *, job_id: int, cancel_attempted_at: dt.datetime, notify: bool = True
