@@ -44,6 +44,7 @@ from ._runtime._supervisor import open_client as open_client
 from ._runtime._supervisor import run_client as run_client
 from ._version import __version__ as __version__
 from ._work import Job as Job
+from ._work import Outcome as Outcome
 from ._work import WorkContext as WorkContext
 from ._work import Worker as Worker
 from ._work import Workers as Workers
@@ -75,6 +76,7 @@ __all__ = (
     "JobTimings",
     "MigrationError",
     "NotFoundError",
+    "Outcome",
     "PoolTimeoutError",
     "QueryCanceledError",
     "QueueConfig",

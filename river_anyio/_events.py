@@ -32,7 +32,6 @@ class EventKind(enum.StrEnum):
     JOB_CANCELLED = "job_cancelled"
     JOB_SNOOZED = "job_snoozed"
     JOB_INTERRUPTED = "job_interrupted"
-    JOB_DISCARDED = "job_discarded"
     #: A completion did not apply: the row was no longer running for the attempt this client
     #: claimed (rescued, re-claimed elsewhere, finished by someone else or cancelled).
     JOB_RACE = "job_race"

@@ -191,10 +191,6 @@ class JobExecutor:
             self.remote_cancelled.discard(row.id)
         await self._hand_off(finished)
 
-    async def give_back(self, row: JobRow) -> None:
-        """A claimed job that never started (the client stopped): back to ``available``."""
-        await self._hand_off(self._interrupted(row, self._clock.now(), time.monotonic()))
-
     async def _hand_off(self, finished: Finished) -> None:
         """Give a result to the completer; only waits (shielded) when it is backed up."""
         try:

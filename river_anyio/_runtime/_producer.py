@@ -19,7 +19,6 @@ import json
 import logging
 import math
 import random
-from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -78,12 +77,6 @@ class Producer:
         self._kinds = config.workers.kinds() if config.fetch_only_known_kinds else None
         self._active: dict[int, JobRow] = {}
         self._scopes: dict[int, anyio.CancelScope] = {}
-        # the job nursery: at most max_workers long-lived worker tasks taking claimed rows
-        # from ``_ready`` (a task per job costs more than the job on a busy queue)
-        self._ready: deque[JobRow] = deque()
-        self._idle: deque[anyio.Event] = deque()
-        self._workers = 0
-        self._no_more_work = False
         self._wake = Wakeup()
         self._urgent = False
         self._backlog = False
@@ -183,25 +176,11 @@ class Producer:
             elif self._config.poll_only:
                 services.start_soon(self._poll_settings)
             services.start_soon(self._report_queue)
-            try:
-                async with anyio.create_task_group() as jobs:
-                    try:
-                        with anyio.CancelScope() as self._fetch_scope:
-                            task_status.started()
-                            if not self._stopping:
-                                await self._fetch_loop(jobs)
-                    finally:
-                        # no more claims: idle workers leave, busy ones finish what was claimed
-                        self._no_more_work = True
-                        while self._idle:
-                            self._idle.popleft().set()
-            finally:
-                if self._ready:  # claimed but never started (the job nursery was cancelled)
-                    with anyio.CancelScope(shield=True):
-                        while self._ready:
-                            row = self._ready.popleft()
-                            self._active.pop(row.id, None)
-                            await self._executor.give_back(row)
+            async with anyio.create_task_group() as jobs:
+                with anyio.CancelScope() as self._fetch_scope:
+                    task_status.started()
+                    if not self._stopping:
+                        await self._fetch_loop(jobs)
             # every job has finished and been handed to the completer
             services.cancel_scope.cancel("producer stopped")
 
@@ -265,7 +244,9 @@ class Producer:
             )
             return delay
         self._backoff.reset()
-        self._dispatch(jobs, rows)
+        for row in rows:
+            self._active[row.id] = row
+            jobs.start_soon(self._run_job, row, name=f"river job {row.id}")
         self._backlog = len(rows) == limit
         if not self._backlog:
             self._completer.flush_soon()  # the queue is drained: write results promptly
@@ -274,33 +255,6 @@ class Producer:
     @property
     def _client_id(self) -> str:
         return self._config.id
-
-    def _dispatch(self, jobs: TaskGroup, rows: list[JobRow]) -> None:
-        for row in rows:
-            self._active[row.id] = row
-            self._ready.append(row)
-        waiting = len(rows)
-        while waiting and self._idle:
-            self._idle.popleft().set()
-            waiting -= 1
-        while waiting and self._workers < self._max_workers:
-            self._workers += 1
-            jobs.start_soon(self._worker, name=f"river worker {self.queue}")
-            waiting -= 1
-
-    async def _worker(self) -> None:
-        try:
-            while True:
-                if self._ready:
-                    await self._run_job(self._ready.popleft())
-                    continue
-                if self._no_more_work:
-                    return
-                ready = anyio.Event()
-                self._idle.append(ready)
-                await ready.wait()
-        finally:
-            self._workers -= 1
 
     async def _run_job(self, row: JobRow) -> None:
         try:
