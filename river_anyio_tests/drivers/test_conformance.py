@@ -13,30 +13,13 @@ import pytest
 
 import river_anyio as river
 from river_anyio._unique import unique_states_mask
-from river_anyio.drivers import TOPIC_CONTROL, TOPIC_INSERT, JobInsertParams, open_driver
+from river_anyio.drivers import TOPIC_CONTROL, TOPIC_INSERT, open_driver
+
+from .support import params, ph
 
 pytestmark = pytest.mark.anyio
 UTC = dt.UTC
 S = river.JobState
-
-
-def params(n: int = 0, **kw: object) -> JobInsertParams:
-    base: dict[str, object] = {
-        "encoded_args": json.dumps({"n": n}).encode(),
-        "kind": "conformance",
-        "max_attempts": 25,
-        "metadata": b"{}",
-        "priority": 1,
-        "queue": "default",
-        "state": S.AVAILABLE,
-        "tags": (),
-    }
-    base.update(kw)
-    return JobInsertParams(**base)  # type: ignore[arg-type]
-
-
-def ph(url: str) -> str:
-    return "?" if url.startswith("sqlite:") else "%s"
 
 
 async def test_insert_fast_many_round_trip(database_url: str) -> None:

@@ -9,6 +9,7 @@ keys replaced, nulls kept.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
@@ -30,31 +31,16 @@ from river_anyio.drivers import (
     open_driver,
 )
 
+from .support import params as _params
+from .support import ph
+
 pytestmark = pytest.mark.anyio
 UTC = dt.UTC
+params = functools.partial(_params, kind="runtime")
 S = river.JobState
 CLIENT = "client-a"
 #: Slack for comparing the database's now() with this process's clock.
 SLACK = dt.timedelta(seconds=5)
-
-
-def params(n: int = 0, **kw: object) -> JobInsertParams:
-    base: dict[str, object] = {
-        "encoded_args": json.dumps({"n": n}).encode(),
-        "kind": "runtime",
-        "max_attempts": 25,
-        "metadata": b"{}",
-        "priority": 1,
-        "queue": "default",
-        "state": S.AVAILABLE,
-        "tags": (),
-    }
-    base.update(kw)
-    return JobInsertParams(**base)  # type: ignore[arg-type]
-
-
-def ph(url: str) -> str:
-    return "?" if url.startswith("sqlite:") else "%s"
 
 
 def meta(job: river.JobRow) -> dict[str, Any]:

@@ -5,6 +5,7 @@ one-hop / one-statement batching, rollback of a cancelled batch, outbox rows."""
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 import re
 import threading
@@ -19,33 +20,21 @@ import pytest
 
 from river_anyio._job import JobRow, JobState
 from river_anyio._timeutil import format_sqlite_timestamp, parse_sqlite_timestamp
-from river_anyio.drivers._protocol import JobCompletion, JobInsertParams
+from river_anyio.drivers._protocol import JobCompletion
 from river_anyio.drivers.sqlite import SQLiteDriver, open_sqlite
 from river_anyio.drivers.sqlite._connection import path_from_url
 from river_anyio.drivers.sqlite._executor import _parse_timestamp, _sqlite_ts
 
+from .support import params as _params
+
 pytestmark = pytest.mark.anyio
 
 UTC = dt.UTC
+params = functools.partial(_params, kind="runtime")
 S = JobState
 CLIENT = "client-a"
 #: ``YYYY-MM-DD HH:MM:SS.ffffff``, what we write.
 OUR_FORMAT = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}$"
-
-
-def params(n: int = 0, **kw: Any) -> JobInsertParams:
-    base: dict[str, Any] = {
-        "encoded_args": json.dumps({"n": n}).encode(),
-        "kind": "runtime",
-        "max_attempts": 25,
-        "metadata": b"{}",
-        "priority": 1,
-        "queue": "default",
-        "state": S.AVAILABLE,
-        "tags": (),
-    }
-    base.update(kw)
-    return JobInsertParams(**base)
 
 
 def now() -> dt.datetime:
