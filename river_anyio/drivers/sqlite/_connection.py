@@ -439,7 +439,7 @@ class ConnectionThread:
                 conn.execute(f"ATTACH DATABASE ? AS {quote_ident(name)}", (path,))
             if not self.readonly:
                 for schema in ("main", *self._attach):
-                    mode = conn.pragma("journal_mode", "wal", schema=schema)
+                    mode = self._set_wal(conn, schema)
                     if str(mode).lower() != "wal":
                         logger.warning("sqlite: %s: journal_mode is %s, not wal", schema, mode)
                     conn.pragma("synchronous", "normal", schema=schema)
@@ -447,6 +447,22 @@ class ConnectionThread:
             conn.close()
             raise
         return conn
+
+    def _set_wal(self, conn: apsw.Connection, schema: str) -> Any:
+        """Switch to WAL. The switch needs an exclusive lock, and SQLite reports BUSY for it
+        without calling the busy handler when another connection (say, a second process
+        opening a new file at the same moment) holds a lock, so retry here, on this thread,
+        within the busy timeout."""
+        deadline = time.monotonic() + self.busy_timeout
+        delay = 0.001
+        while True:
+            try:
+                return conn.pragma("journal_mode", "wal", schema=schema)
+            except apsw.BusyError:
+                if time.monotonic() + delay > deadline:
+                    raise
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
 
 
 class Session:
