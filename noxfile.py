@@ -17,6 +17,17 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def pytest_trio(session: nox.Session) -> None:
+    """The pytest plugin's fixtures under pytest-trio, in their own pytest run (the main suite
+    runs with pytest-trio disabled, and runs this suite in a subprocess too)."""
+    session.install("-e", ".[test]")
+    session.run(
+        "pytest", "-p", "trio", "-p", "river_anyio.pytest_plugin",
+        "river_anyio_tests/pytest_trio_compat", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.8")
     session.run("ruff", "check", ".")

@@ -9,12 +9,17 @@ Plain async functions with no pytest dependency (the ``river_*`` pytest fixtures
 - :func:`work_once`: run a worker on a job built in memory (:func:`build_job`), no database.
 - :func:`work_with_client`: insert a job, claim it as a producer would, run its worker with a
   real context and write the completion, all through a client.
+- :func:`sqlite_test_database`, :func:`postgres_test_schema`: throwaway migrated databases
+  (:class:`MigratedDatabase`).
 """
 
 from __future__ import annotations
 
 import contextlib
 
+from ._database import MigratedDatabase as MigratedDatabase
+from ._database import postgres_test_schema as postgres_test_schema
+from ._database import sqlite_test_database as sqlite_test_database
 from ._require import ExpectedJob as ExpectedJob
 from ._require import RiverAssertionError as RiverAssertionError
 from ._require import require_inserted as require_inserted
@@ -30,15 +35,18 @@ from ._work import work_with_client as work_with_client
 
 __all__ = (
     "ExpectedJob",
+    "MigratedDatabase",
     "RiverAssertionError",
     "WorkResult",
     "build_job",
+    "postgres_test_schema",
     "require_inserted",
     "require_inserted_tx",
     "require_many_inserted",
     "require_many_inserted_tx",
     "require_not_inserted",
     "require_not_inserted_tx",
+    "sqlite_test_database",
     "work_once",
     "work_with_client",
 )
