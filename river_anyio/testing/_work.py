@@ -123,6 +123,17 @@ def build_job(
     )
 
 
+def _claimed(row: JobRow) -> JobRow:
+    """A row as a producer's claim would leave it (in memory only)."""
+    return attrs.evolve(
+        row,
+        state=JobState.RUNNING,
+        attempt=row.attempt + 1,
+        attempted_at=utc_now(),
+        attempted_by=(*row.attempted_by, TEST_CLIENT_ID)[-100:],
+    )
+
+
 class _NoDatabase:
     """``ctx.client`` under :func:`work_once` when no client was given."""
 
@@ -235,7 +246,9 @@ async def work_once(
 ) -> WorkResult:
     """Run the worker registered for the job's kind once, with no database.
 
-    ``job`` is a row (see :func:`build_job`) or job args to build one from (with ``opts``).
+    ``job`` is a row (see :func:`build_job`) or job args to build one from (with ``opts``). A
+    row that is not ``running`` (say, one just inserted) is first claimed in memory, as a
+    producer would claim it: ``running``, attempt + 1, this test client in ``attempted_by``.
     The attempt runs on the runtime's executor: the worker's own timeout or ``job_timeout``
     (60 s by default, as in a client), thread and process workers, outcomes, errors and the
     retry decision are all the real ones; nothing is written anywhere, and the result says
@@ -245,9 +258,12 @@ async def work_once(
     """
     if not isinstance(workers, Workers):
         raise TypeError(f"workers must be a river_anyio.Workers, not {type(workers).__name__}")
-    row = job if isinstance(job, JobRow) else build_job(job, opts)
-    if isinstance(job, JobRow) and opts is not None:
-        raise TypeError("opts only applies when work_once builds the job from args")
+    if isinstance(job, JobRow):
+        if opts is not None:
+            raise TypeError("opts only applies when work_once builds the job from args")
+        row = job if job.state == JobState.RUNNING else _claimed(job)
+    else:
+        row = build_job(job, opts)
     real_client = client.client if isinstance(client, ClientRun) else client
     config = _config(
         id=row.attempted_by[-1] if row.attempted_by else TEST_CLIENT_ID,

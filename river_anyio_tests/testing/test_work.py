@@ -198,6 +198,25 @@ async def test_work_once_client_is_absent_unless_given(sqlite_url: str) -> None:
         assert len(rows) == 1
 
 
+async def test_work_once_claims_a_row_that_is_not_running(sqlite_url: str) -> None:
+    seen: list[river.JobRow] = []
+
+    async def work(ctx: river.WorkContext, job: river.Job[Task]) -> None:
+        seen.append(job.row)
+
+    async with river.open_client(sqlite_url) as run:
+        inserted = (await run.client.insert(Task(name="a"))).job
+    result = await work_once(task_workers(work), inserted)
+    assert (seen[0].state, seen[0].attempt, seen[0].attempted_by) == (
+        river.JobState.RUNNING, 1, ("river_anyio_test",),
+    )  # fmt: skip
+    assert seen[0].attempted_at is not None and seen[0].id == inserted.id
+    assert result.job is seen[0] and result.state is river.JobState.COMPLETED
+    # a running row is worked as it is
+    again = await work_once(task_workers(work), seen[0])
+    assert again.job is seen[0]
+
+
 async def test_work_once_rejects_an_unregistered_kind() -> None:
     with pytest.raises(river.ConfigError, match="no worker is registered for kind 'other'"):
         await work_once(river.Workers(), Other())
