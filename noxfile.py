@@ -25,7 +25,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def types(session: nox.Session) -> None:
-    session.install("-e", ".[all]", "mypy>=1.13")
+    session.install("-e", ".[all,opentelemetry,prometheus]", "mypy>=1.13")
     session.run("mypy")
 
 

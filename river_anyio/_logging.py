@@ -26,6 +26,7 @@ __all__ = ["LOGGER_NAMES", "client_extra", "job_extra", "jobs_extra", "queue_ext
 LOGGER_NAMES = (
     "river_anyio.client",
     "river_anyio.completer",
+    "river_anyio.contrib.prometheus",
     "river_anyio.driver",
     "river_anyio.executor",
     "river_anyio.migrate",
