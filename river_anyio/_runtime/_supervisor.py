@@ -440,9 +440,9 @@ async def run_client(
 ) -> None:
     """Run a client until it is stopped, in a task group the caller brings::
 
-    run = await tg.start(functools.partial(river_anyio.run_client, url, queues=..., workers=...))
-    ...
-    run.stop()
+        run = await tg.start(functools.partial(river_anyio.run_client, url, queues=..., workers=...))
+        ...
+        run.stop()
 
     (``TaskGroup.start`` passes no keyword arguments, hence ``functools.partial``.) Cancelling
     the caller's scope is a hard stop: running jobs are interrupted and written back.
