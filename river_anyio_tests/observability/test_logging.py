@@ -199,3 +199,39 @@ async def test_a_failing_fetch_logs_its_queue(database_url: str) -> None:
     assert "claims are refused" in record.getMessage()
     assert record.getMessage().startswith("producer refused: fetching jobs failed (retrying in ")
     assert gate.started == {}
+
+
+def _event_names() -> set[str]:
+    """Every ``river_event`` the library logs: literal ``extra`` dicts and the helpers'
+    first arguments."""
+    helpers = {"client_extra", "queue_extra", "job_extra", "jobs_extra"}
+    names: set[str] = set()
+    for _path, tree in _sources():
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict):
+                for key, val in zip(node.keys, node.values, strict=True):
+                    if (
+                        isinstance(key, ast.Constant)
+                        and key.value == "river_event"
+                        and isinstance(val, ast.Constant)
+                    ):
+                        names.add(val.value)
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in helpers
+                and node.args
+                and isinstance(node.args[0], ast.Constant)
+            ):
+                names.add(node.args[0].value)
+    return names
+
+
+def test_the_reference_documents_every_logger_and_event() -> None:
+    page = (PACKAGE.parent / "docs" / "reference" / "logging.md").read_text()
+    for name in LOGGER_NAMES:
+        assert f"`{name}`" in page, name
+    events = _event_names()
+    assert {"job_failed", "fetch_failed", "completion_failed"} <= events
+    for event in events:
+        assert f"`{event}`" in page, f"river_event {event!r} is not documented"
