@@ -1,10 +1,11 @@
-"""Developer sessions: ``nox`` runs lint, types and the full test suite; ``nox -s demo`` the demo."""
+"""Developer sessions: ``nox`` runs lint, types, the full test suite and the documentation
+build; ``nox -s demo`` the demo."""
 
 from __future__ import annotations
 
 import nox
 
-nox.options.sessions = ["lint", "types", "tests"]
+nox.options.sessions = ["lint", "types", "tests", "docs"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
@@ -36,7 +37,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def types(session: nox.Session) -> None:
-    session.install("-e", ".[all]", "mypy>=1.13")
+    session.install("-e", ".[all,opentelemetry,prometheus]", "mypy>=1.13")
     session.run("mypy")
 
 
@@ -45,3 +46,13 @@ def demo(session: nox.Session) -> None:
     """Insert and list jobs on an embedded SQLite database."""
     session.install(".[sqlite,trio]")
     session.run("python", "-m", "river_anyio", "demo", *session.posargs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The Sphinx site, with every warning an error (``-W``), into ``docs/_build/html``."""
+    session.install("-e", ".[docs]")
+    session.run(
+        "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html",
+        *session.posargs,
+    )  # fmt: skip

@@ -143,7 +143,15 @@ class Client:
                     if inspect.isawaitable(res):
                         await res
                 except Exception:
-                    logger.exception("insert_begin hook raised; ignored")
+                    logger.exception(
+                        "insert_begin hook raised; ignored",
+                        extra={
+                            "river_event": "insert_hook_failed",
+                            "river_client_id": self._id,
+                            "river_job_kind": p.kind,
+                            "river_queue": p.queue,
+                        },
+                    )
         call = insert
         for mw in reversed(self._insert_middleware):
             call = _wrap_insert(mw, call)

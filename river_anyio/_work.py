@@ -168,11 +168,20 @@ class WorkContext:
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
-        """A logger (``river_anyio.worker``) that tags records with the job's id, kind, queue."""
+        """A logger (``river_anyio.worker``) whose records carry the job's fields
+        (``river_job_id``, ``river_job_kind``, ``river_queue``, ``river_attempt``,
+        ``river_client_id``)."""
         if self._logger is None:
             row = self.job_row
             self._logger = logging.LoggerAdapter(
-                _worker_logger, {"job_id": row.id, "job_kind": row.kind, "queue": row.queue}
+                _worker_logger,
+                {
+                    "river_client_id": getattr(self.client, "id", None),
+                    "river_queue": row.queue,
+                    "river_job_id": row.id,
+                    "river_job_kind": row.kind,
+                    "river_attempt": row.attempt,
+                },
             )
         return self._logger
 

@@ -32,6 +32,7 @@ from .._config import ClientConfig
 from .._convert import structure_args
 from .._events import EventKind
 from .._job import JobRow, JobState
+from .._logging import job_extra
 from .._retry import DefaultRetryPolicy
 from .._timeutil import format_rfc3339nano
 from .._work import (
@@ -271,7 +272,15 @@ class JobExecutor:
                 if inspect.isawaitable(res):
                     await res
             except Exception:
-                logger.exception("hook %s.%s raised; ignored", type(hook).__name__, name)
+                ctx = args[0] if args else None
+                logger.exception(
+                    "hook %s.%s raised; ignored",
+                    type(hook).__name__,
+                    name,
+                    extra=job_extra("hook_failed", ctx.job_row, self._config.id)
+                    if isinstance(ctx, WorkContext)
+                    else None,
+                )
 
     async def _handle_error(self, row: JobRow, failure: _Failure) -> Any:
         handler = self._config.error_handler
@@ -282,7 +291,11 @@ class JobExecutor:
             if inspect.isawaitable(res):
                 res = await res
         except Exception:
-            logger.exception("error handler raised while handling job %d; ignored", row.id)
+            logger.exception(
+                "error handler raised while handling job %d; ignored",
+                row.id,
+                extra=job_extra("error_handler_failed", row, self._config.id),
+            )
             return failure
         if res is not None and getattr(res, "set_cancelled", False):
             return _CancelAfterError(failure)
@@ -374,18 +387,24 @@ class JobExecutor:
                     row.kind,
                     row.attempt,
                     error_text,
-                    extra={"river_event": "job_failed", "job_id": row.id},
+                    extra=job_extra("job_failed", row, self._config.id),
                 )
             else:
                 logger.warning(
-                    "job %d: %s", row.id, error_text, extra={"river_event": "job_unknown_kind"}
+                    "job %d: %s",
+                    row.id,
+                    error_text,
+                    extra=job_extra("job_unknown_kind", row, self._config.id),
                 )
         if meta:
             try:
                 encoded = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
             except (TypeError, ValueError) as exc:  # a staged value was mutated since
                 logger.error(
-                    "job %d: metadata updates dropped, not JSON-encodable: %s", row.id, exc
+                    "job %d: metadata updates dropped, not JSON-encodable: %s",
+                    row.id,
+                    exc,
+                    extra=job_extra("metadata_dropped", row, self._config.id),
                 )
             else:
                 params["metadata_updates"] = encoded
@@ -406,15 +425,26 @@ class JobExecutor:
             try:
                 nxt = reg.next_retry(job)
             except Exception:
-                logger.exception("next_retry of %s raised; using the retry policy", row.kind)
+                logger.exception(
+                    "next_retry of %s raised; using the retry policy",
+                    row.kind,
+                    extra=job_extra("next_retry_failed", row, self._config.id),
+                )
         if nxt is None:
             try:
                 nxt = self._config.retry_policy.next_retry(row, now)
             except Exception:
-                logger.exception("retry policy raised; using River's default")
+                logger.exception(
+                    "retry policy raised; using River's default",
+                    extra=job_extra("retry_policy_failed", row, self._config.id),
+                )
         if nxt is None or nxt < now:
             if nxt is not None:
-                logger.warning("next retry for job %d is in the past; using the default", row.id)
+                logger.warning(
+                    "next retry for job %d is in the past; using the default",
+                    row.id,
+                    extra=job_extra("next_retry_in_past", row, self._config.id),
+                )
             nxt = _default_policy.next_retry(row, now)
         return nxt
 

@@ -42,6 +42,7 @@ from .._config import ClientConfig, build_config
 from .._errors import ConfigError, RiverError
 from .._events import Event, EventHub, EventKind, Subscription
 from .._job import MAX_ATTEMPTS_DEFAULT
+from .._logging import client_extra
 from .._work import UNSET
 from ..drivers import Driver, dialect_of_url, open_driver
 from ._clock import Clock, SystemClock
@@ -138,7 +139,11 @@ class ClientRun:
         # Producers stop claiming now, not when the stopper task next runs: once stop()
         # returns no new claim begins (trio may run a producer before the stopper).
         if not self._stop_requested.is_set():
-            logger.info("client %s stopping", self.client.id)
+            logger.info(
+                "client %s stopping",
+                self.client.id,
+                extra=client_extra("client_stopping", self.client.id),
+            )
             self._stop_requested.set()
         for producer in self._producers.values():
             producer.stop_fetching()
@@ -197,7 +202,9 @@ class ClientRun:
             self._lag_max = max(self._lag_max, lag)
             if lag > LAG_WARN:
                 logger.warning(
-                    "event loop lag %.0f ms", lag * 1000, extra={"river_event": "loop_lag"}
+                    "event loop lag %.0f ms",
+                    lag * 1000,
+                    extra=client_extra("loop_lag", self.client.id),
                 )
                 self._events.publish(Event(kind=EventKind.LOOP_LAG, details={"lag": lag}))
 
@@ -208,7 +215,10 @@ class ClientRun:
             with anyio.CancelScope() as self._escalation:
                 if math.isfinite(self._stop_deadline):
                     await anyio.sleep_until(self._stop_deadline)
-                    logger.warning("soft stop timeout passed; cancelling running jobs")
+                    logger.warning(
+                        "soft stop timeout passed; cancelling running jobs",
+                        extra=client_extra("stop_timeout", self.client.id),
+                    )
                     self._cancel_jobs(STOP_TIMEOUT_REASON)
                     return
                 await anyio.sleep_forever()
@@ -290,7 +300,12 @@ class ClientRun:
                         if self._cancel_reason is not None:  # stop-and-cancel during start
                             producers.cancel_scope.cancel(self._cancel_reason)
                         task_status.started(self)
-                        logger.info("client %s started (%d queues)", config.id, len(config.queues))
+                        logger.info(
+                            "client %s started (%d queues)",
+                            config.id,
+                            len(config.queues),
+                            extra=client_extra("client_started", config.id),
+                        )
                         await self._stop_requested.wait()
                 finally:
                     # Every producer is done and has closed its completion stream; close those
@@ -317,7 +332,9 @@ class ClientRun:
                 self._notifier.close()
             self._events.close()
             self._stopped.set()
-            logger.info("client %s stopped", config.id)
+            logger.info(
+                "client %s stopped", config.id, extra=client_extra("client_stopped", config.id)
+            )
 
 
 def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
@@ -423,9 +440,9 @@ async def run_client(
 ) -> None:
     """Run a client until it is stopped, in a task group the caller brings::
 
-    run = await tg.start(functools.partial(river_anyio.run_client, url, queues=..., workers=...))
-    ...
-    run.stop()
+        run = await tg.start(functools.partial(river_anyio.run_client, url, queues=..., workers=...))
+        ...
+        run.stop()
 
     (``TaskGroup.start`` passes no keyword arguments, hence ``functools.partial``.) Cancelling
     the caller's scope is a hard stop: running jobs are interrupted and written back.

@@ -1,4 +1,4 @@
-"""Integrations with other libraries, each behind its own extra (``river_anyio[starlette]``)."""
+"""Optional integrations, each behind its own extra (``pip install river_anyio[NAME]``)."""
 
 from __future__ import annotations
 

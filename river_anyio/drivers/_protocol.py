@@ -243,6 +243,15 @@ class Executor(Protocol):
 
     async def column_exists(self, table: str, column: str) -> bool: ...
 
+    # --- observability -------------------------------------------------------------------
+
+    async def job_count_by_queue_and_state(
+        self, *, states: Sequence[JobState]
+    ) -> list[tuple[str, JobState, int]]:
+        """How many jobs each queue has in each of ``states``: ``(queue, state, count)``
+        for every pair with at least one job, ordered by queue and state."""
+        ...
+
 
 class Listener(Protocol):
     """Receives River notifications on one dedicated connection (PostgreSQL LISTEN) or by

@@ -631,3 +631,24 @@ class PostgresExecutor:
             return bool(row and row[0])
 
         return await self._run(op)
+
+    # --- observability ----------------------------------------------------------------------
+
+    async def job_count_by_queue_and_state(
+        self, *, states: Sequence[JobState]
+    ) -> list[tuple[str, JobState, int]]:
+        if not states:
+            return []
+        # The state filter lets River's fetching index (state, queue, ...) serve the count.
+        query = (
+            f"SELECT queue, state::text, count(*) FROM {self._q.prefix}river_job"
+            f" WHERE state = ANY(%s::{self._q.prefix}river_job_state[])"
+            " GROUP BY queue, state ORDER BY queue, state::text"
+        )
+        values = ([str(s) for s in states],)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            cur = await conn.execute(query, values)
+            return await cur.fetchall()
+
+        return [(q, JobState(st), int(n)) for q, st, n in await self._run(op)]

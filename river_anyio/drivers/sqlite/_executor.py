@@ -692,3 +692,19 @@ class SQLiteExecutor:
         sql = self._q.column_exists
         schema = self._q.schema or "main"
         return await self._read(lambda c: _op_count(c, sql, (table, schema, column))) > 0
+
+    # ---- observability ------------------------------------------------------------------------
+
+    async def job_count_by_queue_and_state(
+        self, *, states: Sequence[JobState]
+    ) -> list[tuple[str, JobState, int]]:
+        if not states:
+            return []
+        marks = ", ".join("?" for _ in states)
+        sql = (
+            f"SELECT queue, state, count(*) FROM {self._q.prefix}river_job"
+            f" WHERE state IN ({marks}) GROUP BY queue, state ORDER BY queue, state"
+        )
+        bound = tuple(str(s) for s in states)
+        rows = await self._read(lambda c: _op_fetch_all(c, sql, bound))
+        return [(q, JobState(st), int(n)) for q, st, n in rows]
