@@ -264,11 +264,7 @@ def _plan_list(
         time_field = str(order_by)
     nullable = time_field == "attempted_at" or (
         time_field == "finalized_at"
-        and (
-            metadata is not None
-            or not state_filter
-            or any(s not in _FINAL for s in state_filter)
-        )
+        and (metadata is not None or not state_filter or any(s not in _FINAL for s in state_filter))
     )
     plan = _ListPlan(
         JobListQuery(
@@ -507,7 +503,9 @@ class JobsAPI:
                 "give a filter (ids, kinds, priorities, queues, states) or unsafe_all=True",
             )
         if filtered and unsafe_all:
-            raise ValidationError("unsafe_all", "is meaningless with filters; drop one or the other")
+            raise ValidationError(
+                "unsafe_all", "is meaningless with filters; drop one or the other"
+            )
         return await self._ex(tx).job_delete_many(query)
 
     # update

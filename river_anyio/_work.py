@@ -24,9 +24,12 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runt
 
 import attrs
 
-from ._errors import ConfigError, ValidationError
+from ._errors import ConfigError, NotFoundError, ValidationError
 from ._insert import class_kind
-from ._job import JobRow
+from ._job import JobRow, JobState
+from ._jobs_api import encode_output
+from ._timeutil import utc_now
+from .drivers import JobCompletion
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -146,7 +149,16 @@ _worker_logger = logging.getLogger("river_anyio.worker")
 class WorkContext:
     """What a worker gets besides its job: the client, the deadline, a logger, cancellation."""
 
-    __slots__ = ("_cancelled", "_logger", "_metadata_updates", "client", "deadline", "job_row")
+    __slots__ = (
+        "_cancelled",
+        "_completed_tx",
+        "_logger",
+        "_metadata_updates",
+        "_output",
+        "client",
+        "deadline",
+        "job_row",
+    )
 
     def __init__(self, *, client: Client, job: JobRow, deadline: float | None) -> None:
         self.client = client
@@ -157,6 +169,8 @@ class WorkContext:
         self._cancelled: threading.Event | None = None
         self._logger: logging.LoggerAdapter[logging.Logger] | None = None
         self._metadata_updates: dict[str, Any] = {}
+        self._output: bytes | None = None  # encoded, see record_output
+        self._completed_tx = False
 
     @property
     def cancelled(self) -> threading.Event:
@@ -188,6 +202,57 @@ class WorkContext:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"metadata value for {key!r} is not JSON-encodable: {exc}") from None
         self._metadata_updates[key] = value
+
+    # --- output, and completion in the worker's own transaction -------------------------------
+
+    def record_output(self, value: Any) -> None:
+        """Record the job's output (River's RecordOutput): any JSON value, encoded now, at
+        most 32 MiB encoded (:class:`~river_anyio.ValidationError` otherwise). Stored under the
+        ``output`` metadata key when the attempt finishes, whatever its outcome; the last call
+        wins."""
+        self._output = encode_output(value)
+
+    def metadata_updates_json(self, extra: Mapping[str, Any] | None = None) -> bytes | None:
+        """The staged metadata updates (and ``extra``, and the output) as one JSON object, or
+        None when there are none."""
+        updates = {**self._metadata_updates, **extra} if extra else self._metadata_updates
+        if not updates and self._output is None:
+            return None
+        encoded = json.dumps(updates, separators=(",", ":"), allow_nan=False).encode()
+        if self._output is None:
+            return encoded
+        if "output" in updates:
+            updates = {k: v for k, v in updates.items() if k != "output"}
+            encoded = json.dumps(updates, separators=(",", ":"), allow_nan=False).encode()
+        # spliced in, so a large output is not encoded again
+        return encoded[:-1] + (b',"output":' if updates else b'"output":') + self._output + b"}"
+
+    async def complete_tx(self, tx: object) -> JobRow:
+        """Mark this job ``completed`` inside the caller's transaction (River's JobCompleteTx),
+        so the job's effects and its completion commit, or roll back, together.
+
+        The metadata staged so far (and the output) is written with it. Once that commits,
+        the attempt's own completion changes nothing but still reports ``job_completed``.
+        Returns the row after the update: if this client's attempt no longer owns the job
+        (it was rescued and claimed again) nothing changes and the row says so.
+        :class:`~river_anyio.NotFoundError` if the job is gone.
+        """
+        row = self.job_row
+        if row.state is not JobState.RUNNING:
+            raise ValidationError("job", "job must be running", row.state)
+        completion = JobCompletion(
+            id=row.id,
+            attempt=row.attempt,
+            state=JobState.COMPLETED,
+            finalized_at=utc_now(),
+            metadata_updates=self.metadata_updates_json(),
+        )
+        ex = self.client.driver.executor_for(tx)
+        results = await ex.job_set_state_if_running_many([completion], client_id=self.client.id)
+        if not results or results[0].job is None:
+            raise NotFoundError(f"job {row.id} not found")
+        self._completed_tx = True
+        return results[0].job
 
 
 @runtime_checkable

@@ -301,7 +301,7 @@ class JobExecutor:
         ctx: WorkContext | None,
     ) -> Finished:
         now = self._clock.now()
-        meta: dict[str, Any] = dict(ctx._metadata_updates) if ctx is not None else {}
+        meta: dict[str, Any] = {}
         error_text: str | None = None
         kind = EventKind.JOB_COMPLETED
         params: dict[str, Any] = {"id": row.id, "attempt": row.attempt}
@@ -380,9 +380,12 @@ class JobExecutor:
                 logger.warning(
                     "job %d: %s", row.id, error_text, extra={"river_event": "job_unknown_kind"}
                 )
-        if meta:
+        if meta or (ctx is not None and (ctx._metadata_updates or ctx._output is not None)):
             try:
-                encoded = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
+                if ctx is not None:
+                    encoded = ctx.metadata_updates_json(meta)
+                else:
+                    encoded = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
             except (TypeError, ValueError) as exc:  # a staged value was mutated since
                 logger.error(
                     "job %d: metadata updates dropped, not JSON-encodable: %s", row.id, exc
@@ -396,6 +399,7 @@ class JobExecutor:
             error=error_text,
             queue_wait=max(start - row.scheduled_at, dt.timedelta(0)),
             run_time=dt.timedelta(seconds=time.monotonic() - started),
+            completed_tx=ctx is not None and ctx._completed_tx,
         )
 
     def _next_retry(

@@ -149,7 +149,10 @@ async def test_list_by_nullable_time(database_url: str) -> None:
         jobs = await insert(driver, *(params(i) for i in range(4)))
         ex = driver.executor()
         running = await claim(ex, n=2)
-        done = [await finish(ex, running[0], S.COMPLETED), await finish(ex, running[1], S.CANCELLED)]
+        done = [
+            await finish(ex, running[0], S.COMPLETED),
+            await finish(ex, running[1], S.CANCELLED),
+        ]
         pending = [j for j in jobs if j.id not in ids(done)]
 
         def query(**kw: Any) -> JobListQuery:
@@ -158,7 +161,10 @@ async def test_list_by_nullable_time(database_url: str) -> None:
         asc = ids(await ex.job_list_query(query()))
         assert asc == ids(sorted(done, key=lambda j: (j.finalized_at, j.id))) + ids(pending)
         desc = ids(await ex.job_list_query(query(descending=True)))
-        assert desc == ids(pending)[::-1] + ids(sorted(done, key=lambda j: (j.finalized_at, j.id)))[::-1]
+        assert (
+            desc
+            == ids(pending)[::-1] + ids(sorted(done, key=lambda j: (j.finalized_at, j.id)))[::-1]
+        )
         # resume after each row in turn
         for order, listed in ((False, asc), (True, desc)):
             by_id = {j.id: j for j in [*done, *pending]}
@@ -254,9 +260,7 @@ async def test_job_delete_many(database_url: str) -> None:
         # inside a transaction that rolls back, nothing is deleted
         with pytest.raises(RuntimeError, match="undo"):
             async with driver.transaction() as tx:
-                assert ids(await tx.job_delete_many(JobListQuery(kinds=("keep",)))) == [
-                    jobs[5].id
-                ]
+                assert ids(await tx.job_delete_many(JobListQuery(kinds=("keep",)))) == [jobs[5].id]
                 raise RuntimeError("undo")
         assert await ex.job_get_by_id(jobs[5].id) is not None
 
