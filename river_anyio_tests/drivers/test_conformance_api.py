@@ -184,7 +184,7 @@ async def test_job_retry(database_url: str) -> None:
     past = now() - dt.timedelta(minutes=5)
     future = now() + dt.timedelta(hours=1)
     async with open_driver(database_url) as driver:
-        due, waiting, scheduled, to_run, to_finish, used_up = await insert(
+        due, waiting, scheduled, _to_run, _to_finish, used_up = await insert(
             driver,
             params(0, scheduled_at=past),
             params(1, scheduled_at=future),
