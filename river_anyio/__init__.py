@@ -41,6 +41,7 @@ from ._jobs_api import JobListResult as JobListResult
 from ._jobs_api import JobsAPI as JobsAPI
 from ._queues_api import LocalQueues as LocalQueues
 from ._queues_api import QueuesAPI as QueuesAPI
+from ._resumable import ResumableStepError as ResumableStepError
 from ._retry import DefaultRetryPolicy as DefaultRetryPolicy
 from ._retry import RetryPolicy as RetryPolicy
 from ._runtime._supervisor import ClientCrashedError as ClientCrashedError
@@ -92,6 +93,7 @@ __all__ = (
     "QueryCanceledError",
     "QueueConfig",
     "QueuesAPI",
+    "ResumableStepError",
     "RetryPolicy",
     "RiverError",
     "Subscription",

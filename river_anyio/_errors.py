@@ -7,6 +7,7 @@ Every error the library raises on purpose derives from :class:`RiverError`::
     ├── ValidationError (also ValueError)     bad input to an insert or another call
     ├── NotFoundError                         the row asked for does not exist
     ├── JobRunningError                       the job is running (River's ErrJobRunning)
+    ├── ResumableStepError (also RuntimeError) resumable steps misused (river_anyio._resumable)
     ├── MigrationError                        a migration cannot run or the schema is not current
     └── DatabaseError                         the database failed; translated driver errors
         ├── ConnectionLostError               the connection dropped or could not be opened (transient)

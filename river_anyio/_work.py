@@ -28,6 +28,7 @@ from ._errors import ConfigError, NotFoundError, ValidationError
 from ._insert import class_kind
 from ._job import JobRow, JobState
 from ._jobs_api import encode_output
+from ._resumable import ResumableState
 from ._timeutil import utc_now
 from .drivers import JobCompletion
 
@@ -155,6 +156,7 @@ class WorkContext:
         "_logger",
         "_metadata_updates",
         "_output",
+        "_resumable",
         "client",
         "deadline",
         "job_row",
@@ -171,6 +173,7 @@ class WorkContext:
         self._metadata_updates: dict[str, Any] = {}
         self._output: bytes | None = None  # encoded, see record_output
         self._completed_tx = False
+        self._resumable: ResumableState | None = None
 
     @property
     def cancelled(self) -> threading.Event:
@@ -253,6 +256,52 @@ class WorkContext:
             raise NotFoundError(f"job {row.id} not found")
         self._completed_tx = True
         return results[0].job
+
+    # --- resumable steps (River's ResumableStep and friends; see river_anyio._resumable) ----
+
+    def _resumable_state(self) -> ResumableState:
+        if self._resumable is None:
+            self._resumable = ResumableState(self.job_row.metadata)
+        return self._resumable
+
+    async def step(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``await fn()`` as the resumable step ``name``, unless an earlier attempt
+        completed it (River's ResumableStep). Names are unique within an attempt; steps do not
+        nest. The step's exception propagates, and no further step runs."""
+        await self._resumable_state().step(name, fn)
+
+    async def step_cursor(self, name: str, fn: Callable[[Any], Awaitable[Any]]) -> None:
+        """Run ``await fn(cursor)`` as the resumable step ``name`` (River's
+        ResumableStepCursor): ``cursor`` is what an earlier attempt saved with
+        :meth:`set_cursor` in this step (None at first), so a partly done step resumes."""
+        await self._resumable_state().step_cursor(name, fn)
+
+    def set_cursor(self, value: Any) -> None:
+        """Save the running step's cursor (any JSON value), recorded if the attempt fails
+        (River's ResumableSetCursor)."""
+        self._resumable_state().set_cursor(value)
+
+    async def set_step_tx(self, tx: object) -> JobRow:
+        """Record the running step as done inside the caller's transaction, now (River's
+        ResumableSetStepTx): committed with the step's own writes."""
+        return await self._checkpoint(tx, None, with_cursor=False)
+
+    async def set_step_cursor_tx(self, tx: object, cursor: Any) -> JobRow:
+        """Record the running step with ``cursor`` inside the caller's transaction, now
+        (River's ResumableSetStepCursorTx): a later attempt resumes the step from it."""
+        return await self._checkpoint(tx, cursor, with_cursor=True)
+
+    async def _checkpoint(self, tx: object, cursor: Any, *, with_cursor: bool) -> JobRow:
+        if self.job_row.state is not JobState.RUNNING:
+            raise ValidationError("job", "job must be running", self.job_row.state)
+        state = self._resumable_state()
+        updates = state.checkpoint_updates(cursor, with_cursor=with_cursor)
+        ex = self.client.driver.executor_for(tx)
+        row = await ex.job_update_metadata(self.job_row.id, updates)
+        if row is None:
+            raise NotFoundError(f"job {self.job_row.id} not found")
+        state.checkpointed(updates)
+        return row
 
 
 @runtime_checkable

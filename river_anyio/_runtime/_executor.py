@@ -32,6 +32,7 @@ from .._config import ClientConfig
 from .._convert import structure_args
 from .._events import EventKind
 from .._job import JobRow, JobState
+from .._resumable import ResumableStepError, has_progress
 from .._retry import DefaultRetryPolicy
 from .._timeutil import format_rfc3339nano
 from .._work import (
@@ -164,6 +165,8 @@ class JobExecutor:
                         if scope.cancel_called:
                             ctx.cancelled.set()
                 remote = row.id in self.remote_cancelled
+                if ctx._resumable is not None or has_progress(row.metadata):
+                    result = _resumable_outcome(ctx, result)
                 if not isinstance(result, _OUTCOMES) and result is not _PENDING:
                     result = _bad_return(row, result)  # an error like any other (handler too)
                 if result is _PENDING:  # our own scope stopped the worker
@@ -451,6 +454,20 @@ def _bad_return(row: JobRow, result: object) -> _Failure:
         ),
         trace=False,
     )
+
+
+def _resumable_outcome(ctx: WorkContext, result: Any) -> Any:
+    """River's resumable middleware, after the worker: a clean return still fails when a step
+    failed or a recorded step was not found; an attempt that did not succeed records its
+    progress."""
+    state = ctx._resumable_state()
+    if result is None:
+        err = state.final_error()
+        if err is not None:
+            result = _Failure(err, trace=not isinstance(err, ResumableStepError))
+    if result is not None:
+        ctx._metadata_updates.update(state.progress_updates())
+    return result
 
 
 class _CancelAfterError:

@@ -5,11 +5,12 @@ reaching producers, ``local_queues.add/remove``, and in workers ``record_output`
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import anyio
 import attrs
@@ -337,3 +338,147 @@ async def test_complete_tx_needs_a_running_job(database_url: str) -> None:
         with pytest.raises(river.NotFoundError):
             async with client.transaction() as tx:
                 await gone.complete_tx(tx)
+
+
+# --- resumable steps --------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Steps:
+    kind: ClassVar[str] = "capi_steps"
+    mode: str = "steps"
+
+
+class RetryNow:
+    """A worker whose failed attempts are due again at once (so a test sees the next one)."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    async def work(self, ctx: river.WorkContext, job: river.Job[Steps]) -> None:
+        await self.fn(ctx, job)
+
+    def next_retry(self, job: river.Job[Steps]) -> dt.datetime:
+        return dt.datetime.now(dt.UTC)
+
+
+async def test_resumable_steps_and_cursors(database_url: str) -> None:
+    calls: list[tuple[int, str]] = []
+    snapshots: dict[int, dict[str, Any]] = {}
+
+    async def work(ctx: river.WorkContext, job: river.Job[Steps]) -> None:
+        attempt = job.attempt
+        snapshots[attempt] = {k: v for k, v in job.metadata.items() if "resumable" in k}
+
+        async def step(name: str) -> None:
+            calls.append((attempt, name))
+            if name == "b" and attempt == 1:
+                raise ValueError("b failed")
+
+        async def items(cursor: Any) -> None:
+            start = 0 if cursor is None else cursor + 1
+            for i in range(start, 6):
+                if i == 4 and attempt == 2:
+                    raise ValueError("item 4 failed")
+                calls.append((attempt, f"item{i}"))
+                ctx.set_cursor(i)
+
+        await ctx.step("a", lambda: step("a"))
+        await ctx.step("b", lambda: step("b"))
+        await ctx.step_cursor("items", items)
+        await ctx.step("c", lambda: step("c"))
+
+    workers = river.Workers()
+    workers.add(Steps, RetryNow(work))
+    async with running(database_url, workers) as run:
+        with run.subscribe(K.JOB_COMPLETED) as events:
+            job = (await run.client.insert(Steps())).job
+            await next_event(events, job_id=job.id)
+        row = await get_row(run, job.id)
+    assert calls == [
+        (1, "a"), (1, "b"),  # b fails: "a" recorded
+        (2, "b"), (2, "item0"), (2, "item1"), (2, "item2"), (2, "item3"),  # cursor 3 kept
+        (3, "item4"), (3, "item5"), (3, "c"),
+    ]  # fmt: skip
+    assert snapshots[1] == {}
+    assert snapshots[2] == {"river:resumable_step": "a"}
+    assert snapshots[3] == {"river:resumable_step": "b", "river:resumable_cursor": {"items": 3}}
+    assert row.state is S.COMPLETED and row.attempt == 3
+    assert [e.error for e in row.errors] == ["ValueError: b failed", "ValueError: item 4 failed"]
+
+
+async def test_resumable_errors(database_url: str) -> None:
+    async def noop() -> None:
+        pass
+
+    async def work(ctx: river.WorkContext, job: river.Job[Steps]) -> None:
+        if job.args.mode == "duplicate":
+            await ctx.step("a", noop)
+            with contextlib.suppress(river.ResumableStepError):  # and still the attempt fails
+                await ctx.step("a", noop)
+        elif job.args.mode == "nested":
+
+            async def outer() -> None:
+                await ctx.step("inner", noop)
+
+            await ctx.step("outer", outer)
+        elif job.args.mode == "cursor_outside":
+            ctx.set_cursor(1)
+        else:  # a recorded step this worker no longer has
+            await ctx.step("other", noop)
+
+    workers = river.Workers()
+    workers.add(Steps, work)
+    async with running(database_url, workers) as run:
+        with run.subscribe(K.JOB_FAILED) as events:
+            opts = river.InsertOpts(max_attempts=1)
+            dup = (await run.client.insert(Steps("duplicate"), opts)).job
+            nested = (await run.client.insert(Steps("nested"), opts)).job
+            outside_step = (await run.client.insert(Steps("cursor_outside"), opts)).job
+            gone = (await run.client.insert(Steps("gone"), attrs.evolve(opts, pending=True))).job
+            await run.client.driver.executor().job_update_metadata(
+                gone.id, b'{"river:resumable_step": "vanished"}'
+            )
+            await run.client.jobs.retry(gone.id)
+            await events_for(events, [dup.id, nested.id, outside_step.id, gone.id])
+        errors = {j: (await get_row(run, j)).errors[0].error for j in (dup.id, nested.id)}
+        errors[outside_step.id] = (await get_row(run, outside_step.id)).errors[0].error
+        errors[gone.id] = (await get_row(run, gone.id)).errors[0].error
+    assert errors == {
+        dup.id: "ResumableStepError: river: duplicate resumable step name 'a'",
+        nested.id: "ResumableStepError: river: resumable steps cannot be nested",
+        outside_step.id: "ResumableStepError: river: resumable cursor can only be used "
+        "within a resumable step",
+        gone.id: "ResumableStepError: river: resumable step 'vanished' not found in Worker",
+    }
+
+
+async def test_resumable_checkpoint_in_a_transaction(database_url: str) -> None:
+    seen: list[dict[str, Any]] = []
+
+    async def work(ctx: river.WorkContext, job: river.Job[Steps]) -> None:
+        async def a() -> None:
+            async with ctx.client.transaction() as tx:
+                row = await ctx.set_step_cursor_tx(tx, {"page": 7})
+                seen.append({k: v for k, v in row.metadata.items() if "resumable" in k})
+            seen.append(
+                {
+                    k: v
+                    for k, v in (await ctx.client.jobs.get(job.id)).metadata.items()
+                    if "resumable" in k
+                }
+            )
+
+        await ctx.step("a", a)
+        with pytest.raises(RuntimeError, match="not inside a resumable step"):
+            async with ctx.client.transaction() as tx:
+                await ctx.set_step_tx(tx)
+
+    workers = river.Workers()
+    workers.add(Steps, work)
+    async with running(database_url, workers) as run:
+        with run.subscribe(K.JOB_COMPLETED) as events:
+            job = (await run.client.insert(Steps())).job
+            await next_event(events, job_id=job.id)
+    expected = {"river:resumable_step": "a", "river:resumable_cursor": {"a": {"page": 7}}}
+    assert seen == [expected, expected]
