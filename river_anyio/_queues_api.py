@@ -140,9 +140,9 @@ def _limit(value: object) -> int:
 class LocalQueueHost(Protocol):
     """What a running client offers ``client.local_queues`` (the runtime implements it)."""
 
-    async def add_queue(self, name: str, config: QueueConfig) -> None: ...
+    async def _add_queue(self, name: str, config: QueueConfig) -> None: ...
 
-    async def remove_queue(self, name: str) -> None: ...
+    async def _remove_queue(self, name: str) -> None: ...
 
 
 class LocalQueues:
@@ -167,7 +167,7 @@ class LocalQueues:
         validate_queue_name(name, "name")
         if not isinstance(config, QueueConfig):
             raise ValidationError("config", "must be a QueueConfig", config)
-        await self._running().add_queue(name, config)
+        await self._running()._add_queue(name, config)
 
     async def remove(self, name: str) -> None:
         """Stop working queue ``name``: its producer stops claiming, and this returns once its
@@ -175,4 +175,4 @@ class LocalQueues:
         worked here. If the wait is cancelled the queue keeps stopping; call again to wait."""
         if not isinstance(name, str):
             raise ValidationError("name", "must be a str", name)
-        await self._running().remove_queue(name)
+        await self._running()._remove_queue(name)

@@ -206,7 +206,7 @@ class ClientRun:
         finally:
             done.set()
 
-    async def add_queue(self, name: str, queue_config: QueueConfig) -> None:
+    async def _add_queue(self, name: str, queue_config: QueueConfig) -> None:
         """Start a producer for a new queue (``client.local_queues.add``)."""
         if self._new_producer is None:
             raise ValidationError(
@@ -239,7 +239,7 @@ class ClientRun:
             raise
         logger.info("queue %s added", name, extra={"river_event": "queue_added", "queue": name})
 
-    async def remove_queue(self, name: str) -> None:
+    async def _remove_queue(self, name: str) -> None:
         """Stop a queue's producer and wait until its running jobs are done
         (``client.local_queues.remove``)."""
         producer = self._producers.get(name)
