@@ -119,7 +119,7 @@ class QueuesAPI:
         row = await ex.queue_update(name, metadata=encoded)
         if row is None:
             raise NotFoundError(f"queue {name!r} not found")
-        if encoded is not None and encoded != b"{}":
+        if encoded is not None:
             payload = (
                 '{"action":"metadata_changed","metadata":'
                 + encoded.decode()
