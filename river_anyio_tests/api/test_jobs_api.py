@@ -356,3 +356,29 @@ async def test_update(database_url: str) -> None:
         too_big = "x" * (32 * 1024 * 1024)  # plus its quotes
         with pytest.raises(river.ValidationError, match=r"output is too large: 33554434 bytes"):
             await client.jobs.update(job.id, output=too_big)
+
+
+@pytest.mark.parametrize("anyio_backend", ["asyncio"], indirect=True)
+async def test_tx_variants_on_a_stock_psycopg_connection(pg_url: str, anyio_backend: str) -> None:
+    """Under asyncio the ``*_tx`` calls also take the caller's own psycopg connection, and
+    act inside its transaction."""
+    import psycopg
+
+    async with client_on(pg_url) as client:
+        (job,) = await insert(client, Task(1))
+        async with await psycopg.AsyncConnection.connect(pg_url) as conn:
+            async with conn.transaction(force_rollback=True):
+                assert (await client.jobs.cancel_tx(conn, job.id)).state is S.CANCELLED
+                assert ids((await client.jobs.list_tx(conn, states=["cancelled"])).jobs) == [job.id]
+                ex = client.driver.executor_for(conn)
+                await ex.queue_create_or_set_updated_at(name="q")
+                assert (await client.queues.update_tx(conn, "q", metadata={"x": 1})).metadata == {
+                    "x": 1
+                }
+            with pytest.raises(river.NotFoundError):
+                await client.queues.get("q")
+            assert (await client.jobs.get(job.id)).state is S.AVAILABLE
+            async with conn.transaction():
+                await client.jobs.delete_tx(conn, job.id)
+        with pytest.raises(river.NotFoundError):
+            await client.jobs.get(job.id)
