@@ -16,6 +16,7 @@ from ._errors import ConnectionLostError as ConnectionLostError
 from ._errors import DatabaseBusyError as DatabaseBusyError
 from ._errors import DatabaseError as DatabaseError
 from ._errors import IntegrityError as IntegrityError
+from ._errors import JobRunningError as JobRunningError
 from ._errors import MigrationError as MigrationError
 from ._errors import NotFoundError as NotFoundError
 from ._errors import PoolTimeoutError as PoolTimeoutError
@@ -35,6 +36,12 @@ from ._job import JobArgs as JobArgs
 from ._job import JobRow as JobRow
 from ._job import JobState as JobState
 from ._job import UniqueOpts as UniqueOpts
+from ._jobs_api import JobListCursor as JobListCursor
+from ._jobs_api import JobListResult as JobListResult
+from ._jobs_api import JobsAPI as JobsAPI
+from ._queues_api import LocalQueues as LocalQueues
+from ._queues_api import QueuesAPI as QueuesAPI
+from ._resumable import ResumableStepError as ResumableStepError
 from ._retry import DefaultRetryPolicy as DefaultRetryPolicy
 from ._retry import RetryPolicy as RetryPolicy
 from ._runtime._supervisor import ClientCrashedError as ClientCrashedError
@@ -71,15 +78,22 @@ __all__ = (
     "IntegrityError",
     "Job",
     "JobArgs",
+    "JobListCursor",
+    "JobListResult",
     "JobRow",
+    "JobRunningError",
     "JobState",
     "JobTimings",
+    "JobsAPI",
+    "LocalQueues",
     "MigrationError",
     "NotFoundError",
     "Outcome",
     "PoolTimeoutError",
     "QueryCanceledError",
     "QueueConfig",
+    "QueuesAPI",
+    "ResumableStepError",
     "RetryPolicy",
     "RiverError",
     "Subscription",

@@ -20,7 +20,9 @@ from typing import Any
 from ._errors import ConfigError, ValidationError
 from ._insert import InsertManyParams, build_insert_params
 from ._job import InsertOpts, InsertResult, JobState
+from ._jobs_api import JobsAPI
 from ._limiter import KeyedBurstLimiter
+from ._queues_api import LocalQueues, QueuesAPI
 from ._timeutil import utc_now
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
@@ -67,7 +69,11 @@ def _validate_max_attempts(value: object) -> int:
 
 
 class Client:
-    """Inserts jobs. Obtained from :func:`open_client` as ``run.client``."""
+    """Inserts jobs, and manages jobs and queues (``jobs``, ``queues``, ``local_queues``).
+
+    Obtained from :func:`open_client` as ``run.client``, or built on a driver to insert and
+    manage jobs without working them.
+    """
 
     def __init__(
         self,
@@ -90,6 +96,20 @@ class Client:
         self._limiter = KeyedBurstLimiter(NOTIFY_COOLDOWN)
         #: Set by a running client: wakes its own producers after a committed insert.
         self._after_insert: Callable[[set[str]], None] | None = None
+        # --- job and queue APIs ---
+        #: Set by a running client that does not listen for notifications: applies a control
+        #: action (cancel, pause, resume) to its own producers at once, as River does.
+        self._local_control: Callable[[str, dict[str, Any]], None] | None = None
+        #: River's job API (get, list, cancel, retry, delete, update; ``*_tx`` twins).
+        self.jobs = JobsAPI(self)
+        #: River's queue API (get, list, pause, resume, update; ``*_tx`` twins).
+        self.queues = QueuesAPI(self)
+        #: The queues this client works, added and removed while it runs.
+        self.local_queues = LocalQueues(self)
+
+    def _control_local(self, queue: str, payload: dict[str, Any]) -> None:
+        if self._local_control is not None:
+            self._local_control(queue, payload)
 
     @property
     def id(self) -> str:

@@ -62,6 +62,9 @@ class Finished:
     queue_wait: dt.timedelta
     run_time: dt.timedelta
     finished_at: float = attrs.field(factory=time.monotonic)
+    #: the worker completed the job in its own transaction (``ctx.complete_tx``): the row
+    #: not being running any more is expected, not a race
+    completed_tx: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -306,7 +309,11 @@ class Completer:
         self._written += len(batch)
         self._release_backpressure()
         by_id = {r.id: r for r in results}
-        races = [f for f in batch if (r := by_id.get(f.row.id)) is not None and not r.applied]
+        races = [
+            f
+            for f in batch
+            if (r := by_id.get(f.row.id)) is not None and not r.applied and not f.completed_tx
+        ]
         self._races += len(races)
         for f in races:
             logger.warning(
@@ -324,7 +331,9 @@ class Completer:
             if r is None or r.job is None:  # deleted, or a subscriber arrived mid-write
                 continue
             kind = f.kind
-            if not r.applied:
+            if not r.applied and f.completed_tx and r.job.state == JobState.COMPLETED:
+                kind = EventKind.JOB_COMPLETED  # completed by the worker's transaction
+            elif not r.applied:
                 kind = EventKind.JOB_RACE
             elif r.job.state == JobState.CANCELLED:
                 kind = EventKind.JOB_CANCELLED

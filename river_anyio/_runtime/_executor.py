@@ -33,6 +33,7 @@ from .._convert import structure_args
 from .._events import EventKind
 from .._job import JobRow, JobState
 from .._logging import job_extra
+from .._resumable import ResumableStepError, has_progress
 from .._retry import DefaultRetryPolicy
 from .._timeutil import format_rfc3339nano
 from .._work import (
@@ -165,6 +166,8 @@ class JobExecutor:
                         if scope.cancel_called:
                             ctx.cancelled.set()
                 remote = row.id in self.remote_cancelled
+                if ctx._resumable is not None or has_progress(row.metadata):
+                    result = _resumable_outcome(ctx, result)
                 if not isinstance(result, _OUTCOMES) and result is not _PENDING:
                     result = _bad_return(row, result)  # an error like any other (handler too)
                 if result is _PENDING:  # our own scope stopped the worker
@@ -314,7 +317,7 @@ class JobExecutor:
         ctx: WorkContext | None,
     ) -> Finished:
         now = self._clock.now()
-        meta: dict[str, Any] = dict(ctx._metadata_updates) if ctx is not None else {}
+        meta: dict[str, Any] = {}
         error_text: str | None = None
         kind = EventKind.JOB_COMPLETED
         params: dict[str, Any] = {"id": row.id, "attempt": row.attempt}
@@ -396,9 +399,12 @@ class JobExecutor:
                     error_text,
                     extra=job_extra("job_unknown_kind", row, self._config.id),
                 )
-        if meta:
+        if meta or (ctx is not None and (ctx._metadata_updates or ctx._output is not None)):
             try:
-                encoded = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
+                if ctx is not None:
+                    encoded = ctx.metadata_updates_json(meta)
+                else:
+                    encoded = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
             except (TypeError, ValueError) as exc:  # a staged value was mutated since
                 logger.error(
                     "job %d: metadata updates dropped, not JSON-encodable: %s",
@@ -415,6 +421,7 @@ class JobExecutor:
             error=error_text,
             queue_wait=max(start - row.scheduled_at, dt.timedelta(0)),
             run_time=dt.timedelta(seconds=time.monotonic() - started),
+            completed_tx=ctx is not None and ctx._completed_tx,
         )
 
     def _next_retry(
@@ -477,6 +484,20 @@ def _bad_return(row: JobRow, result: object) -> _Failure:
         ),
         trace=False,
     )
+
+
+def _resumable_outcome(ctx: WorkContext, result: Any) -> Any:
+    """River's resumable middleware, after the worker: a clean return still fails when a step
+    failed or a recorded step was not found; an attempt that did not succeed records its
+    progress."""
+    state = ctx._resumable_state()
+    if result is None:
+        err = state.final_error()
+        if err is not None:
+            result = _Failure(err, trace=not isinstance(err, ResumableStepError))
+    if result is not None:
+        ctx._metadata_updates.update(state.progress_updates())
+    return result
 
 
 class _CancelAfterError:
