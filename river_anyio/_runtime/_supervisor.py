@@ -43,7 +43,7 @@ from .._config import ClientConfig, QueueConfig, build_config
 from .._errors import ConfigError, NotFoundError, RiverError, ValidationError
 from .._events import Event, EventHub, EventKind, Subscription
 from .._job import MAX_ATTEMPTS_DEFAULT
-from .._logging import client_extra
+from .._logging import client_extra, queue_extra
 from .._work import UNSET
 from ..drivers import Driver, dialect_of_url, open_driver
 from ._clock import Clock, SystemClock
@@ -242,7 +242,7 @@ class ClientRun:
         except BaseException:
             self._forget(name, producer)
             raise
-        logger.info("queue %s added", name, extra={"river_event": "queue_added", "queue": name})
+        logger.info("queue %s added", name, extra=queue_extra("queue_added", name, self.config.id))
 
     async def _remove_queue(self, name: str) -> None:
         """Stop a queue's producer and wait until its running jobs are done
@@ -255,7 +255,9 @@ class ClientRun:
         if done is not None:
             await done.wait()
         self._forget(name, producer)
-        logger.info("queue %s removed", name, extra={"river_event": "queue_removed", "queue": name})
+        logger.info(
+            "queue %s removed", name, extra=queue_extra("queue_removed", name, self.config.id)
+        )
 
     def _forget(self, name: str, producer: Producer) -> None:
         if self._producers.get(name) is not producer:
