@@ -30,9 +30,12 @@ from ._protocol import (
     InsertedJob,
     JobCompletion,
     JobInsertParams,
+    JobRescue,
+    LeaderRow,
     Listener,
     Notification,
     QueueRow,
+    ScheduledJob,
 )
 
 __all__ = (
@@ -46,9 +49,12 @@ __all__ = (
     "InsertedJob",
     "JobCompletion",
     "JobInsertParams",
+    "JobRescue",
+    "LeaderRow",
     "Listener",
     "Notification",
     "QueueRow",
+    "ScheduledJob",
     "dialect_of_url",
     "open_driver",
     "redact_url",
