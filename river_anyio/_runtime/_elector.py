@@ -210,27 +210,27 @@ class Elector:
             )
         )
         reason = "stopping"
-        try:
-            async with anyio.create_task_group() as leader:
-                leader.start_soon(self._start_services, leader, name="river leader services")
-                try:
-                    reason = await self._keep(term)
-                finally:
-                    leader.cancel_scope.cancel(f"leadership {reason}")
-                    if reason != "lost":
-                        # at once, before the services are awaited, so another client may
-                        # take over while they wind down
-                        await self._resign(term)
-        finally:
-            self.is_leader = False
-            self._resign_requested.clear()
-            logger.info("elector: %s no longer leads (%s)", self._client_id, reason)
-            self._events.publish(
-                Event(
-                    kind=EventKind.LEADER_LOST,
-                    details={"client_id": self._client_id, "reason": reason},
+        async with anyio.create_task_group() as leader:
+            leader.start_soon(self._start_services, leader, name="river leader services")
+            try:
+                reason = await self._keep(term)
+            finally:
+                leader.cancel_scope.cancel(f"leadership {reason}")
+                # no longer the leader from here on: said before the lease is given up, so
+                # nobody hears of a new leader while this one still claims to lead
+                self.is_leader = False
+                self._resign_requested.clear()
+                logger.info("elector: %s no longer leads (%s)", self._client_id, reason)
+                self._events.publish(
+                    Event(
+                        kind=EventKind.LEADER_LOST,
+                        details={"client_id": self._client_id, "reason": reason},
+                    )
                 )
-            )
+                if reason != "lost":
+                    # at once, before the services are awaited, so another client may take
+                    # over while they wind down
+                    await self._resign(term)
 
     async def _start_services(self, leader: TaskGroup) -> None:
         for service in self._services():
