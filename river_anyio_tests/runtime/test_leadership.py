@@ -109,7 +109,7 @@ async def test_one_client_leads_and_a_stopping_leader_hands_over_at_once(
                 stopped_at = anyio.current_time()
                 lost = await next_event(a_events, K.LEADER_LOST)
                 assert lost.details["reason"] == "stopping"
-                ev = await next_event(b_events, K.LEADER_ELECTED)
+                await next_event(b_events, K.LEADER_ELECTED)
                 handover = anyio.current_time() - stopped_at
                 assert handover < 1.0, f"handover took {handover:.2f}s"
                 assert b.is_leader and not a.is_leader
