@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 
 from ._client import Client as Client
+from ._config import MaintenanceConfig as MaintenanceConfig
 from ._config import QueueConfig as QueueConfig
 from ._errors import ConfigError as ConfigError
 from ._errors import ConnectionLostError as ConnectionLostError
@@ -86,6 +87,7 @@ __all__ = (
     "JobTimings",
     "JobsAPI",
     "LocalQueues",
+    "MaintenanceConfig",
     "MigrationError",
     "NotFoundError",
     "Outcome",

@@ -146,8 +146,12 @@ class Client:
         return out
 
     async def _notify(self, ex: Executor, params: Sequence[JobInsertParams]) -> None:
-        queues = sorted({p.queue for p in params if p.state == JobState.AVAILABLE})
-        payloads = [f'{{"queue": "{q}"}}' for q in queues if self._limiter.try_acquire(q)]
+        await self._notify_queues(ex, {p.queue for p in params if p.state == JobState.AVAILABLE})
+
+    async def _notify_queues(self, ex: Executor, queues: set[str]) -> None:
+        """Insert notifications for ``queues`` in ``ex``'s transaction, through this client's
+        per-queue limiter (also used by the leader's scheduler, as River's)."""
+        payloads = [f'{{"queue": "{q}"}}' for q in sorted(queues) if self._limiter.try_acquire(q)]
         if payloads and self._driver.supports_listen_notify:
             await ex.notify_many(TOPIC_INSERT, payloads)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import math
 import re
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -15,7 +16,7 @@ from ._job import MAX_ATTEMPTS_DEFAULT, validate_queue_name
 from ._retry import DefaultRetryPolicy, RetryPolicy
 from ._work import Workers
 
-__all__ = ["ClientConfig", "QueueConfig"]
+__all__ = ["ClientConfig", "MaintenanceConfig", "QueueConfig"]
 
 QUEUE_MAX_WORKERS = 10_000
 FETCH_COOLDOWN_DEFAULT = 0.1
@@ -86,6 +87,144 @@ class QueueConfig:
             )
 
 
+# --- leadership and maintenance -------------------------------------------------------------
+
+#: River's defaults (``internal/maintenance``, ``rivershared/riversharedmaintenance``).
+HOUR = 3600.0
+DAY = 24 * HOUR
+#: The indexes River's reindexer rebuilds (``reindexer.go``).
+REINDEXER_INDEX_NAMES_DEFAULT = (
+    "river_job_args_index",
+    "river_job_kind",
+    "river_job_metadata_index",
+    "river_job_pkey",
+    "river_job_prioritized_fetching_index",
+    "river_job_state_and_finalized_at_index",
+    "river_job_unique_idx",
+)
+#: River's elect interval; the TTL is three of them (5 s + 10 s padding) and the follower
+#: jitter a fifth of one (0–1 s).
+ELECT_INTERVAL_DEFAULT = 5.0
+
+
+Duration = float | int | dt.timedelta
+
+
+def _interval(value: object, field: str) -> float:
+    out = seconds(value, field, strictly_positive=True)
+    assert out is not None
+    return out
+
+
+def _retention(value: object, field: str) -> float | None:
+    """A retention: seconds (>= 0, finite) or None for "keep forever" (River's -1)."""
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if isinstance(value, int | float) and not isinstance(value, bool) and value < 0:
+        raise ConfigError(field, "cannot be negative (use None to keep these jobs forever)", value)
+    return seconds(value, field, allow_none=True)
+
+
+def _opt_timeout(value: object, field: str) -> float | None:
+    return seconds(value, field, allow_none=True, strictly_positive=True)
+
+
+def _schedule(value: object) -> object:
+    if value is None or callable(getattr(value, "next", None)) or callable(value):
+        return value
+    raise ConfigError(
+        "reindexer_schedule", "must be a callable next(datetime) -> datetime or have next()", value
+    )
+
+
+def _index_names(value: object) -> tuple[str, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ConfigError("reindexer_index_names", "must be a list of index names", value)
+    for name in value:
+        if not isinstance(name, str) or not name:
+            raise ConfigError("reindexer_index_names", "must contain non-empty str names", name)
+    return tuple(value)
+
+
+@attrs.frozen(init=False)
+class MaintenanceConfig:
+    """What the elected leader's maintenance services do, and how often (River's defaults).
+
+    Durations are seconds or timedeltas. A retention of ``None`` keeps those jobs forever.
+    ``rescue_after`` of ``None`` is River's default: one hour, or the client's ``job_timeout``
+    plus one hour when a job timeout was given. ``reindexer_schedule`` maps a UTC datetime to
+    the next run (a callable or an object with ``next()``; default: every midnight UTC);
+    ``reindexer_timeout`` of ``None`` means no timeout.
+    """
+
+    scheduler_interval: float
+    rescuer_interval: float
+    rescue_after: float | None
+    job_cleaner_interval: float
+    job_cleaner_timeout: float
+    completed_job_retention: float | None
+    cancelled_job_retention: float | None
+    discarded_job_retention: float | None
+    queue_cleaner_interval: float
+    queue_retention: float
+    reindexer_schedule: Any
+    reindexer_index_names: tuple[str, ...]
+    reindexer_timeout: float | None
+    notification_cleaner_interval: float
+    notification_retention: float
+
+    def __init__(
+        self,
+        *,
+        scheduler_interval: Duration = 5.0,
+        rescuer_interval: Duration = 30.0,
+        rescue_after: Duration | None = None,
+        job_cleaner_interval: Duration = 30.0,
+        job_cleaner_timeout: Duration = 30.0,
+        completed_job_retention: Duration | None = DAY,
+        cancelled_job_retention: Duration | None = DAY,
+        discarded_job_retention: Duration | None = 7 * DAY,
+        queue_cleaner_interval: Duration = HOUR,
+        queue_retention: Duration = DAY,
+        reindexer_schedule: Any = None,
+        reindexer_index_names: Sequence[str] = REINDEXER_INDEX_NAMES_DEFAULT,
+        reindexer_timeout: Duration | None = 60.0,
+        notification_cleaner_interval: Duration = 60.0,
+        notification_retention: Duration = 300.0,
+    ) -> None:
+        self.__attrs_init__(
+            scheduler_interval=_interval(scheduler_interval, "scheduler_interval"),
+            rescuer_interval=_interval(rescuer_interval, "rescuer_interval"),
+            rescue_after=_opt_timeout(rescue_after, "rescue_after"),
+            job_cleaner_interval=_interval(job_cleaner_interval, "job_cleaner_interval"),
+            job_cleaner_timeout=_interval(job_cleaner_timeout, "job_cleaner_timeout"),
+            completed_job_retention=_retention(completed_job_retention, "completed_job_retention"),
+            cancelled_job_retention=_retention(cancelled_job_retention, "cancelled_job_retention"),
+            discarded_job_retention=_retention(discarded_job_retention, "discarded_job_retention"),
+            queue_cleaner_interval=_interval(queue_cleaner_interval, "queue_cleaner_interval"),
+            queue_retention=_interval(queue_retention, "queue_retention"),
+            reindexer_schedule=_schedule(reindexer_schedule),
+            reindexer_index_names=_index_names(reindexer_index_names),
+            reindexer_timeout=_opt_timeout(reindexer_timeout, "reindexer_timeout"),
+            notification_cleaner_interval=_interval(
+                notification_cleaner_interval, "notification_cleaner_interval"
+            ),
+            notification_retention=_interval(notification_retention, "notification_retention"),
+        )
+
+    def next_reindex(self, after: dt.datetime) -> dt.datetime:
+        """When the reindexer runs next after ``after`` (River: the next midnight UTC)."""
+        schedule = self.reindexer_schedule
+        if schedule is None:
+            day = after.astimezone(dt.UTC).replace(hour=0, minute=0, second=0, microsecond=0)
+            return day + dt.timedelta(days=1)
+        fn = getattr(schedule, "next", None)
+        result = fn(after) if callable(fn) else schedule(after)
+        if not isinstance(result, dt.datetime) or result.tzinfo is None:
+            raise TypeError(f"reindexer_schedule returned {result!r}, not an aware datetime")
+        return result
+
+
 def _callable_or_none(value: object, field: str, method: str | None = None) -> None:
     if value is None:
         return
@@ -124,6 +263,16 @@ class ClientConfig:
     #: River's 1 s/2 s/4 s and 10 s.
     completer_pauses: tuple[float, ...] | None = None
     completer_try_timeout: float | None = None
+    # --- leadership and maintenance
+    maintenance: MaintenanceConfig = attrs.field(factory=MaintenanceConfig)
+    leader_election_disabled: bool = False
+    #: ``maintenance.rescue_after`` resolved (River's default when not given).
+    rescue_after: float = HOUR
+    #: Private, for tests (``_elect_interval``): River's 5 s; TTL and jitter scale with it.
+    elect_interval: float = ELECT_INTERVAL_DEFAULT
+    #: Private, for tests (``_maintenance_stagger=False``, River's TestOnly): each service
+    #: waits a random 0–1 s before it starts.
+    maintenance_stagger: bool = True
 
     def queue_cooldown(self, name: str) -> float:
         q = self.queues[name]
@@ -158,6 +307,11 @@ def build_config(
     process_workers: object,
     completer_pauses: object = None,
     completer_try_timeout: object = None,
+    maintenance: object = None,
+    leader_election_disabled: object = False,
+    job_timeout_given: bool = False,
+    elect_interval: object = ELECT_INTERVAL_DEFAULT,
+    maintenance_stagger: object = True,
 ) -> ClientConfig:
     """Validate ``open_client``'s options; raise ConfigError naming the first bad one."""
     if schema is not None and (
@@ -267,6 +421,39 @@ def build_config(
         completer_try_timeout, "_completer_try_timeout", allow_none=True, strictly_positive=True
     )
 
+    if not isinstance(leader_election_disabled, bool):
+        raise ConfigError("leader_election_disabled", "must be a bool", leader_election_disabled)
+    if not isinstance(maintenance_stagger, bool):
+        raise ConfigError("_maintenance_stagger", "must be a bool", maintenance_stagger)
+    if maintenance is None:
+        maint = MaintenanceConfig()
+    elif isinstance(maintenance, MaintenanceConfig):
+        maint = maintenance
+        if leader_election_disabled:
+            warnings.warn(
+                "maintenance settings are ignored: leader_election_disabled=True means this "
+                "client never leads, so it never runs maintenance",
+                UserWarning,
+                stacklevel=2,
+            )
+    else:
+        raise ConfigError(
+            "maintenance", f"must be a MaintenanceConfig, not {type(maintenance).__name__}"
+        )
+    if maint.rescue_after is not None:
+        rescue_after = maint.rescue_after
+        if timeout is not None and rescue_after < timeout:
+            raise ConfigError(
+                "maintenance.rescue_after",
+                f"cannot be less than job_timeout ({timeout:g}s)",
+                rescue_after,
+            )
+    else:
+        # River: one hour, or the job timeout plus one hour when a job timeout was given
+        rescue_after = HOUR + (timeout if job_timeout_given and timeout is not None else 0.0)
+    elect = seconds(elect_interval, "_elect_interval", strictly_positive=True)
+    assert elect is not None
+
     return ClientConfig(
         id=id,
         schema=schema,
@@ -288,6 +475,11 @@ def build_config(
         process_workers=process_workers,  # type: ignore[arg-type]
         completer_pauses=pauses,
         completer_try_timeout=try_timeout,
+        maintenance=maint,
+        leader_election_disabled=leader_election_disabled,
+        rescue_after=rescue_after,
+        elect_interval=elect,
+        maintenance_stagger=maintenance_stagger,
     )
 
 

@@ -43,6 +43,14 @@ class EventKind(enum.StrEnum):
     COMPLETION_DROPPED = "completion_dropped"
     #: This subscriber missed ``details["count"]`` events because its buffer was full.
     EVENTS_DROPPED = "events_dropped"
+    #: This client was elected leader (``details``: ``client_id``, ``elected_at``).
+    LEADER_ELECTED = "leader_elected"
+    #: This client stopped leading (``details``: ``client_id``, ``reason``: "lost", "resigned"
+    #: or "stopping").
+    LEADER_LOST = "leader_lost"
+    #: A maintenance service's run failed; it runs again at its next interval
+    #: (``details["service"]`` names it; ``error`` says what went wrong).
+    MAINTENANCE_FAILED = "maintenance_failed"
 
 
 @attrs.frozen(kw_only=True)

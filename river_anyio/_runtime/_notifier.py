@@ -12,19 +12,16 @@ them).
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from contextlib import AsyncExitStack
-from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._errors import ConnectionLostError, DatabaseError
-from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, Driver, Listener, Notification
+from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, TOPIC_LEADERSHIP, Driver, Listener, Notification
 from ._util import Backoff
-
-if TYPE_CHECKING:
-    from ._producer import Producer
 
 __all__ = ["Notifier"]
 
@@ -33,28 +30,42 @@ logger = logging.getLogger("river_anyio.notifier")
 BUFFER = 1000
 PING_INTERVAL = 5.0
 TOPICS = (TOPIC_INSERT, TOPIC_CONTROL)
+#: What producers listen to (the elector listens to ``river_leadership``).
+PRODUCER_TOPICS = (TOPIC_INSERT, TOPIC_CONTROL)
+ALL_TOPICS = (TOPIC_INSERT, TOPIC_CONTROL, TOPIC_LEADERSHIP)
 
 
 class Notifier:
-    def __init__(self, driver: Driver) -> None:
+    """Listens on ``topics`` and hands each notification to the subscribers of its topic;
+    after a reconnection, calls each subscriber's ``reconcile()`` if it has one."""
+
+    def __init__(self, driver: Driver, topics: Collection[str] = TOPICS) -> None:
         self._driver = driver
-        self._subscribers: dict[Producer, MemoryObjectSendStream[Notification]] = {}
+        self._topics = tuple(topics)
+        self._subscribers: dict[object, MemoryObjectSendStream[Notification]] = {}
+        self._subscribed_topics: dict[object, frozenset[str]] = {}
         self._backoff = Backoff()
         self.reconnects = 0
         self.dropped = 0
 
-    def subscribe(self, producer: Producer) -> MemoryObjectReceiveStream[Notification]:
+    def subscribe(
+        self, owner: object, topics: Collection[str] = PRODUCER_TOPICS
+    ) -> MemoryObjectReceiveStream[Notification]:
         send, receive = anyio.create_memory_object_stream[Notification](BUFFER)
-        self._subscribers[producer] = send
+        self._subscribers[owner] = send
+        self._subscribed_topics[owner] = frozenset(topics)
         return receive
 
-    def unsubscribe(self, producer: Producer) -> None:
-        send = self._subscribers.pop(producer, None)
+    def unsubscribe(self, owner: object) -> None:
+        send = self._subscribers.pop(owner, None)
+        self._subscribed_topics.pop(owner, None)
         if send is not None:
             send.close()
 
     def _deliver(self, note: Notification) -> None:
-        for send in list(self._subscribers.values()):
+        for owner, send in list(self._subscribers.items()):
+            if note.topic not in self._subscribed_topics.get(owner, ()):
+                continue
             try:
                 send.send_nowait(note)
             except anyio.WouldBlock:
@@ -68,7 +79,7 @@ class Notifier:
 
     async def _connect(self, stack: AsyncExitStack) -> Listener:
         listener = await stack.enter_async_context(self._driver.listener())
-        for topic in TOPICS:
+        for topic in self._topics:
             await listener.listen(topic)
         return listener
 
@@ -87,8 +98,10 @@ class Notifier:
                             "notifier: listening again; re-polling every queue",
                             extra={"river_event": "notifier_reconnected"},
                         )
-                        for producer in list(self._subscribers):
-                            await producer.reconcile()
+                        for owner in list(self._subscribers):
+                            reconcile = getattr(owner, "reconcile", None)
+                            if reconcile is not None:
+                                await reconcile()
                     self._backoff.reset()
                     failures: list[BaseException] = []
                     async with anyio.create_task_group() as tg:

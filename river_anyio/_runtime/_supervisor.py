@@ -6,7 +6,9 @@
     ├─ lag monitor
     ├─ notifier.run                   ready once listening (start fails otherwise)
     ├─ completer.run                  the completion nursery; outlives every job
-    ├─ leader scope                   (its services arrive with leadership)
+    ├─ elector.run                    River's river_leader lease (cancelled when a stop begins)
+    │    └─ leader scope              exists exactly while this client leads
+    │         └─ scheduler, rescuer, job cleaner, queue cleaner, reindexer | outbox cleaner
     └─ producers task group           the inner scope: stop escalation lands here
          └─ producer[q].run (×queues)
               └─ job nursery → executor per job
@@ -16,8 +18,9 @@ claiming; running jobs may finish; when the timeout passes the producers' scope 
 with reason "soft stop timeout" and the jobs still running are interrupted (back to
 ``available``, attempt restored, no error). ``run.stop_and_cancel()`` cancels them at once.
 When every producer has exited the completer flushes and returns, then the notifier and the
-rest are cancelled. Many stop calls share one shutdown; the client never installs signal
-handlers.
+rest are cancelled. When a stop begins the leader resigns at once (bounded, shielded) and its
+maintenance ends while the queues drain, so another client can take over. Many stop calls
+share one shutdown; the client never installs signal handlers.
 
 Exceptions leaving ``open_client``: the body's own exception propagates unchanged (after a
 stop-and-cancel); a failure of an internal service raises :class:`ClientCrashedError` with the
@@ -39,7 +42,7 @@ import attrs
 from anyio.abc import TaskStatus
 
 from .._client import Client, default_client_id
-from .._config import ClientConfig, QueueConfig, build_config
+from .._config import ELECT_INTERVAL_DEFAULT, ClientConfig, QueueConfig, build_config
 from .._errors import ConfigError, NotFoundError, RiverError, ValidationError
 from .._events import Event, EventHub, EventKind, Subscription
 from .._job import MAX_ATTEMPTS_DEFAULT
@@ -48,8 +51,17 @@ from .._work import UNSET
 from ..drivers import Driver, dialect_of_url, open_driver
 from ._clock import Clock, SystemClock
 from ._completer import Completer, CompleterStatistics
+from ._elector import Elector, LeaderService
 from ._executor import JobExecutor
-from ._notifier import Notifier
+from ._maintenance import (
+    JobCleaner,
+    JobRescuer,
+    JobScheduler,
+    NotificationCleaner,
+    QueueCleaner,
+    Reindexer,
+)
+from ._notifier import ALL_TOPICS, TOPICS, Notifier
 from ._producer import Producer
 from ._util import STOP_AND_CANCEL_REASON, STOP_TIMEOUT_REASON
 
@@ -111,6 +123,10 @@ class ClientRun:
         self._producers_tg: anyio.abc.TaskGroup | None = None
         self._producer_done: dict[str, anyio.Event] = {}
         self._new_producer: Callable[[str, ClientConfig], Producer] | None = None
+        self._elector: Elector | None = None
+        self._elector_scope: anyio.CancelScope | None = None
+        #: The current (or last) leader term's services, for diagnostics and tests.
+        self._leader_services: list[LeaderService] = []
 
     # --- controls -----------------------------------------------------------------------------
 
@@ -152,6 +168,8 @@ class ClientRun:
             self._stop_requested.set()
         for producer in self._producers.values():
             producer.stop_fetching()
+        if self._elector_scope is not None:  # resign now; maintenance ends as queues drain
+            self._elector_scope.cancel("client stopping")
 
     def _cancel_jobs(self, reason: str) -> None:
         # Cancelling the producers while they start would fail their start: a stop that
@@ -168,6 +186,11 @@ class ClientRun:
     @property
     def stopping(self) -> bool:
         return self._stop_requested.is_set()
+
+    @property
+    def is_leader(self) -> bool:
+        """Whether this client currently holds River's leadership lease."""
+        return self._elector is not None and self._elector.is_leader
 
     def subscribe(self, *kinds: EventKind | str) -> Subscription:
         """Events of the given kinds (all when none given), in a bounded buffer of 1,000."""
@@ -301,6 +324,13 @@ class ClientRun:
                 await anyio.sleep_forever()
             # the deadline was brought forward: re-arm
 
+    async def _run_elector(self, elector: Elector) -> None:
+        with anyio.CancelScope() as scope:
+            self._elector_scope = scope
+            if self._stop_requested.is_set():
+                scope.cancel("client stopping")
+            await elector.run()
+
     async def _run(
         self,
         driver: Driver,
@@ -314,10 +344,27 @@ class ClientRun:
                 root.start_soon(self._lag_monitor, name="river lag monitor")
                 notifier: Notifier | None = None
                 works = bool(config.queues) or len(config.workers) > 0  # queues may be added
+                elects = bool(config.queues) and not config.leader_election_disabled
                 if works and not config.poll_only and driver.supports_listen_notify:
-                    notifier = Notifier(driver)
+                    notifier = Notifier(driver, ALL_TOPICS if elects else TOPICS)
                     await root.start(notifier.run, name="river notifier")
                 self._notifier = notifier
+                if elects:
+
+                    def services() -> list[LeaderService]:
+                        self._leader_services = leader_services(self, driver, clock)
+                        return self._leader_services
+
+                    self._elector = Elector(
+                        driver=driver,
+                        client_id=config.id,
+                        events=self._events,
+                        services=services,
+                        interval=config.elect_interval,
+                        clock=clock,
+                        notifier=notifier,
+                    )
+                    root.start_soon(self._run_elector, self._elector, name="river elector")
                 timings: dict[str, Any] = {}
                 if config.completer_pauses is not None:
                     timings["pauses"] = config.completer_pauses
@@ -433,6 +480,35 @@ class ClientRun:
             )
 
 
+def leader_services(run: ClientRun, driver: Driver, clock: Clock) -> list[LeaderService]:
+    """The services of one leader term, in River's start order (built afresh each term)."""
+    config = run.config
+    m = config.maintenance
+    common: dict[str, Any] = {
+        "driver": driver,
+        "clock": clock,
+        "events": run._events,
+        "config": config,
+    }
+    services: list[LeaderService] = [
+        JobCleaner(interval=m.job_cleaner_interval, **common),
+        JobRescuer(interval=m.rescuer_interval, **common),
+        JobScheduler(
+            interval=m.scheduler_interval,
+            notify_insert=run.client._notify_queues,
+            after_commit=run._trigger_queues,
+            **common,
+        ),
+        # the periodic job enqueuer goes here (River's order)
+        QueueCleaner(interval=m.queue_cleaner_interval, **common),
+    ]
+    if driver.dialect == "sqlite":
+        services.append(NotificationCleaner(interval=m.notification_cleaner_interval, **common))
+    else:
+        services.append(Reindexer(**common))
+    return services
+
+
 def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
     opts = dict(options)
     client_id = opts.pop("id", None)
@@ -459,6 +535,12 @@ def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
         # private, for tests: shorter completer retry timings (validated like the rest)
         "_completer_pauses": None,
         "_completer_try_timeout": None,
+        # leadership and maintenance (private ones for tests: a short election interval;
+        # no random stagger before each maintenance service starts)
+        "maintenance": None,
+        "leader_election_disabled": False,
+        "_elect_interval": ELECT_INTERVAL_DEFAULT,
+        "_maintenance_stagger": True,
     }
     unknown = set(opts) - set(defaults) - {"driver_options", "clock"}
     if unknown:
@@ -478,9 +560,10 @@ def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
     if clock is not None and not callable(getattr(clock, "now", None)):
         raise ConfigError("clock", "must be an object with a now() method", clock)
     kw = {k.lstrip("_"): opts.get(k, v) for k, v in defaults.items()}
+    job_timeout_given = opts.get("job_timeout", UNSET) is not UNSET
     if kw["job_timeout"] is UNSET:
         kw["job_timeout"] = 60.0
-    return build_config(id=client_id, **kw)
+    return build_config(id=client_id, job_timeout_given=job_timeout_given, **kw)
 
 
 #: The keyword options of ``open_postgres``/``open_sqlite`` (a test keeps them in step). Not

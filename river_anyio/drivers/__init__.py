@@ -31,9 +31,12 @@ from ._protocol import (
     JobCompletion,
     JobInsertParams,
     JobListQuery,
+    JobRescue,
+    LeaderRow,
     Listener,
     Notification,
     QueueRow,
+    ScheduledJob,
 )
 
 __all__ = (
@@ -48,9 +51,12 @@ __all__ = (
     "JobCompletion",
     "JobInsertParams",
     "JobListQuery",
+    "JobRescue",
+    "LeaderRow",
     "Listener",
     "Notification",
     "QueueRow",
+    "ScheduledJob",
     "dialect_of_url",
     "open_driver",
     "redact_url",

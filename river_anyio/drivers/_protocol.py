@@ -148,6 +148,38 @@ class JobListQuery:
     limit: int = 100
 
 
+# --- leadership and maintenance (types) ------------------------------------------------------
+
+
+@attrs.frozen(kw_only=True)
+class LeaderRow:
+    """The ``river_leader`` lease: who leads, since when (identifies the term), until when."""
+
+    leader_id: str
+    elected_at: dt.datetime
+    expires_at: dt.datetime
+
+
+@attrs.frozen(kw_only=True)
+class ScheduledJob:
+    """A job the scheduler moved: to ``available``, or ``discarded`` on a unique conflict."""
+
+    job: JobRow
+    conflict_discarded: bool
+
+
+@attrs.frozen(kw_only=True)
+class JobRescue:
+    """One stuck job's new state (River's ``JobRescueMany`` element). ``error`` is one encoded
+    errors element, appended; ``finalized_at`` is None for a non-final state."""
+
+    id: int
+    state: JobState
+    error: bytes
+    scheduled_at: dt.datetime
+    finalized_at: dt.datetime | None = None
+
+
 class Executor(Protocol):
     """River's operations on one connection (see the module docstring)."""
 
@@ -323,6 +355,102 @@ class Executor(Protocol):
         """River's QueueUpdate: replace the queue's metadata when given, and bump
         ``updated_at``. Sends no notification (the caller does, in the same transaction).
         Returns the row after it; None if there is no such queue."""
+
+    # --- leadership and maintenance -------------------------------------------------------------
+    # ``now`` of None means the database's clock, as River does unless a test time is set.
+
+    async def leader_delete_expired(self, *, now: dt.datetime | None = None) -> int:
+        """Delete the lease if it expired before ``now``; returns the rows deleted."""
+        ...
+
+    async def leader_attempt_elect(
+        self, *, leader_id: str, ttl: float, now: dt.datetime | None = None
+    ) -> LeaderRow | None:
+        """Take the lease (elected now, expiring ``ttl`` seconds later) unless someone holds it;
+        None when someone does. River runs it after :meth:`leader_delete_expired`, in one
+        transaction."""
+        ...
+
+    async def leader_attempt_reelect(
+        self,
+        *,
+        leader_id: str,
+        elected_at: dt.datetime,
+        ttl: float,
+        now: dt.datetime | None = None,
+    ) -> LeaderRow | None:
+        """Extend our unexpired lease of the term ``elected_at``; None when it is gone."""
+        ...
+
+    async def leader_resign(self, *, leader_id: str, elected_at: dt.datetime) -> bool:
+        """Give up the lease of the term ``elected_at`` and notify ``resigned`` on
+        ``river_leadership`` so followers try at once; False when it was not held."""
+        ...
+
+    async def leader_get_elected(self) -> LeaderRow | None:
+        """The current lease row, expired or not."""
+        ...
+
+    async def job_schedule(
+        self, *, horizon: dt.datetime, now: dt.datetime, limit: int
+    ) -> list[ScheduledJob]:
+        """River's JobSchedule: up to ``limit`` ``scheduled``/``retryable`` jobs due by
+        ``horizon`` (priority, scheduled_at, id order) become ``available``; a unique job whose
+        key another row holds in one of its unique states, or that is not the first of its key
+        in the batch, is ``discarded`` (finalized ``now``, metadata ``unique_key_conflict:
+        "scheduler_discarded"``). ``scheduled_at`` is kept. Results in that order."""
+        ...
+
+    async def job_get_stuck(
+        self, *, stuck_horizon: dt.datetime, after_id: int = 0, limit: int
+    ) -> list[JobRow]:
+        """``running`` jobs attempted before ``stuck_horizon``, id above ``after_id``, by id."""
+        ...
+
+    async def job_rescue_many(
+        self, rescues: Sequence[JobRescue], *, stuck_horizon: dt.datetime
+    ) -> int:
+        """Apply rescues to jobs still ``running`` and attempted before ``stuck_horizon``:
+        the error appended, state/scheduled_at/finalized_at set and ``river:rescue_count``
+        incremented. Returns the rows changed."""
+        ...
+
+    async def job_delete_before(
+        self,
+        *,
+        cancelled_before: dt.datetime | None,
+        completed_before: dt.datetime | None,
+        discarded_before: dt.datetime | None,
+        limit: int,
+    ) -> int:
+        """Delete up to ``limit`` jobs (by id) of each final state finalized before its
+        horizon; a None horizon keeps that state's jobs. Returns the rows deleted."""
+        ...
+
+    async def queue_delete_expired(self, *, updated_before: dt.datetime, limit: int) -> list[str]:
+        """Delete up to ``limit`` queue rows (by name) not updated since ``updated_before``."""
+        ...
+
+    async def notification_delete_before(self, *, created_before: dt.datetime, limit: int) -> int:
+        """Delete up to ``limit`` ``river_notification`` outbox rows created before the horizon."""
+        ...
+
+    async def index_exists(self, name: str) -> bool:
+        """Whether the index exists in the driver's schema."""
+        ...
+
+    async def index_reindex_artifacts(self, name: str) -> list[str]:
+        """Leftovers of an interrupted concurrent rebuild of ``name`` (``<name>_ccnew``,
+        ``_ccold`` and numbered variants; PostgreSQL only, none on SQLite)."""
+        ...
+
+    async def index_reindex(self, name: str) -> None:
+        """Rebuild the index (``REINDEX INDEX CONCURRENTLY`` on PostgreSQL, outside any
+        transaction; ``REINDEX`` on SQLite)."""
+        ...
+
+    async def index_drop_if_exists(self, name: str) -> None:
+        """Drop the index if it exists (concurrently on PostgreSQL)."""
         ...
 
 

@@ -48,7 +48,12 @@ async def running(
     queues: dict[str, river.QueueConfig] | None = None,
     **options: Any,
 ) -> AsyncIterator[river.ClientRun]:
-    """``open_client`` working ``default`` (10 slots) with fast fetches and a bounded stop."""
+    """``open_client`` working ``default`` (10 slots) with fast fetches and a bounded stop.
+
+    It never leads unless asked (``leader_election_disabled=False``): with the fixed clock a
+    day ahead, the leader's rescuer would see every running job as stuck.
+    """
+    options.setdefault("leader_election_disabled", True)
     options.setdefault("fetch_cooldown", 0.01)
     options.setdefault("soft_stop_timeout", 2.0)
     if queues is None:

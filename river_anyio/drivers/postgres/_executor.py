@@ -20,10 +20,14 @@ from .._protocol import (
     JobCompletion,
     JobInsertParams,
     JobListQuery,
+    JobRescue,
+    LeaderRow,
     QueueRow,
+    ScheduledJob,
 )
 from ._connection import AnyioConnection
 from ._errors import is_cached_plan_error, map_errors
+from ._maintenance_queries import MaintenanceQueries, maintenance_queries
 from ._queries import (
     INSERT_COLUMNS,
     Queries,
@@ -727,6 +731,177 @@ class PostgresExecutor:
         row = await self._run(op)
         return row_to_queue(row) if row is not None else None
 
+    # --- leadership and maintenance ---------------------------------------------------------------
+
+    async def _maint_rows(self, query: str, values: dict[str, Any] | None) -> list[Any]:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            cur = await conn.execute(query, values)
+            if cur.description is None:
+                return []
+            return await cur.fetchall()
+
+        return await self._run(op)
+
+    async def _maint_count(self, query: str, values: dict[str, Any]) -> int:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> int:
+            cur = await conn.execute(query, values)
+            return cur.rowcount
+
+        return await self._run(op)
+
+    @property
+    def _mq(self) -> MaintenanceQueries:
+        return maintenance_queries(self._q.schema)
+
+    async def leader_delete_expired(self, *, now: dt.datetime | None = None) -> int:
+        return await self._maint_count(
+            self._mq.leader_delete_expired, {"now": _aware_or_none(now, "now")}
+        )
+
+    async def leader_attempt_elect(
+        self, *, leader_id: str, ttl: float, now: dt.datetime | None = None
+    ) -> LeaderRow | None:
+        rows = await self._maint_rows(
+            self._mq.leader_attempt_elect,
+            {"leader_id": leader_id, "ttl": float(ttl), "now": _aware_or_none(now, "now")},
+        )
+        return _leader(rows[0]) if rows else None
+
+    async def leader_attempt_reelect(
+        self,
+        *,
+        leader_id: str,
+        elected_at: dt.datetime,
+        ttl: float,
+        now: dt.datetime | None = None,
+    ) -> LeaderRow | None:
+        _require_aware(elected_at, "elected_at")
+        rows = await self._maint_rows(
+            self._mq.leader_attempt_reelect,
+            {
+                "leader_id": leader_id,
+                "elected_at": elected_at,
+                "ttl": float(ttl),
+                "now": _aware_or_none(now, "now"),
+            },
+        )
+        return _leader(rows[0]) if rows else None
+
+    async def leader_resign(self, *, leader_id: str, elected_at: dt.datetime) -> bool:
+        _require_aware(elected_at, "elected_at")
+        rows = await self._maint_rows(
+            self._mq.leader_resign,
+            {"leader_id": leader_id, "elected_at": elected_at, "schema": self._q.schema},
+        )
+        return bool(rows and rows[0][0])
+
+    async def leader_get_elected(self) -> LeaderRow | None:
+        rows = await self._maint_rows(self._mq.leader_get_elected, None)
+        return _leader(rows[0]) if rows else None
+
+    async def job_schedule(
+        self, *, horizon: dt.datetime, now: dt.datetime, limit: int
+    ) -> list[ScheduledJob]:
+        _require_aware(horizon, "horizon")
+        rows = await self._maint_rows(
+            self._mq.job_schedule,
+            {"horizon": horizon, "now": _aware_or_none(now, "now"), "limit": Int8(limit)},
+        )
+        return [
+            ScheduledJob(job=job, conflict_discarded=bool(row[18]))
+            for job, row in zip(rows_to_jobs(rows), rows, strict=True)
+        ]
+
+    async def job_get_stuck(
+        self, *, stuck_horizon: dt.datetime, after_id: int = 0, limit: int
+    ) -> list[JobRow]:
+        _require_aware(stuck_horizon, "stuck_horizon")
+        rows = await self._maint_rows(
+            self._mq.job_get_stuck,
+            {"stuck_horizon": stuck_horizon, "after_id": Int8(after_id), "limit": Int8(limit)},
+        )
+        return rows_to_jobs(rows)
+
+    async def job_rescue_many(
+        self, rescues: Sequence[JobRescue], *, stuck_horizon: dt.datetime
+    ) -> int:
+        if not rescues:
+            return 0
+        _require_aware(stuck_horizon, "stuck_horizon")
+        for r in rescues:
+            _require_aware(r.scheduled_at, "scheduled_at")
+            if r.finalized_at is not None:
+                _require_aware(r.finalized_at, "finalized_at")
+        try:
+            errors = [r.error.decode() for r in rescues]
+        except UnicodeDecodeError as exc:
+            raise ValidationError("error", f"must be UTF-8 JSON: {exc}") from None
+        return await self._maint_count(
+            self._mq.job_rescue_many,
+            {
+                "ids": [r.id for r in rescues],
+                "errors": errors,
+                "finalized_at": [r.finalized_at for r in rescues],
+                "scheduled_at": [r.scheduled_at for r in rescues],
+                "states": [JobState(r.state).value for r in rescues],
+                "stuck_horizon": stuck_horizon,
+            },
+        )
+
+    async def job_delete_before(
+        self,
+        *,
+        cancelled_before: dt.datetime | None,
+        completed_before: dt.datetime | None,
+        discarded_before: dt.datetime | None,
+        limit: int,
+    ) -> int:
+        return await self._maint_count(
+            self._mq.job_delete_before,
+            {
+                "cancelled": _aware_or_none(cancelled_before, "cancelled_before"),
+                "completed": _aware_or_none(completed_before, "completed_before"),
+                "discarded": _aware_or_none(discarded_before, "discarded_before"),
+                "limit": Int8(limit),
+            },
+        )
+
+    async def queue_delete_expired(self, *, updated_before: dt.datetime, limit: int) -> list[str]:
+        _require_aware(updated_before, "updated_before")
+        rows = await self._maint_rows(
+            self._mq.queue_delete_expired, {"horizon": updated_before, "limit": Int8(limit)}
+        )
+        return [r[0] for r in rows]
+
+    async def notification_delete_before(self, *, created_before: dt.datetime, limit: int) -> int:
+        _require_aware(created_before, "created_before")
+        return await self._maint_count(
+            self._mq.notification_delete_before,
+            {"horizon": created_before, "limit": Int8(limit)},
+        )
+
+    async def index_exists(self, name: str) -> bool:
+        rows = await self._maint_rows(
+            self._mq.index_exists, {"name": name, "schema": self._q.schema}
+        )
+        return bool(rows and rows[0][0])
+
+    async def index_reindex_artifacts(self, name: str) -> list[str]:
+        rows = await self._maint_rows(
+            self._mq.index_reindex_artifacts, {"name": name, "schema": self._q.schema}
+        )
+        return [r[0] for r in rows]
+
+    async def index_reindex(self, name: str) -> None:
+        await self._maint_rows(
+            f"REINDEX INDEX CONCURRENTLY {self._q.prefix}{quote_ident(name)}", None
+        )
+
+    async def index_drop_if_exists(self, name: str) -> None:
+        await self._maint_rows(
+            f"DROP INDEX CONCURRENTLY IF EXISTS {self._q.prefix}{quote_ident(name)}", None
+        )
+
 
 def _list_where(query: JobListQuery, state_type: str) -> tuple[list[str], list[Any]]:
     """The filters of a job list as SQL conditions and their parameters (in order)."""
@@ -780,3 +955,13 @@ def _cursor_predicate(query: JobListQuery, column: str, args: list[Any]) -> list
         return [f"({column} < %s OR ({column} = %s AND id < %s))"]
     or_null = f" OR {column} IS NULL" if query.time_nullable else ""
     return [f"({column} > %s OR ({column} = %s AND id > %s){or_null})"]
+
+
+def _aware_or_none(value: dt.datetime | None, field: str) -> dt.datetime | None:
+    if value is not None:
+        _require_aware(value, field)
+    return value
+
+
+def _leader(row: Sequence[Any]) -> LeaderRow:
+    return LeaderRow(leader_id=row[0], elected_at=row[1], expires_at=row[2])

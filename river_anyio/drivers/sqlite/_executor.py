@@ -26,14 +26,19 @@ from ..._timeutil import (
 )
 from .._protocol import (
     TOPIC_CONTROL,
+    TOPIC_LEADERSHIP,
     CompletionResult,
     InsertedJob,
     JobCompletion,
     JobInsertParams,
     JobListQuery,
+    JobRescue,
+    LeaderRow,
     QueueRow,
+    ScheduledJob,
 )
-from ._connection import write_unit
+from ._connection import quote_ident, write_unit
+from ._maintenance_queries import MaintenanceQueries, maintenance_queries
 from ._queries import (
     api_job_delete,
     api_job_delete_many,
@@ -784,6 +789,134 @@ class SQLiteExecutor:
 
         return await self._write(op)
 
+    # ---- leadership and maintenance ----------------------------------------------------------
+
+    @property
+    def _mq(self) -> MaintenanceQueries:
+        return maintenance_queries(self._q.prefix)
+
+    async def leader_delete_expired(self, *, now: dt.datetime | None = None) -> int:
+        sql, at = self._mq.leader_delete_expired, _ts_or_none(now)
+        return await self._write(lambda c: _op_changes(c, sql, (at,)))
+
+    async def leader_attempt_elect(
+        self, *, leader_id: str, ttl: float, now: dt.datetime | None = None
+    ) -> LeaderRow | None:
+        sql = self._mq.leader_attempt_elect
+        args = (leader_id, _ttl_modifier(ttl), _ts_or_none(now))
+        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        return _leader(rows[0]) if rows else None
+
+    async def leader_attempt_reelect(
+        self,
+        *,
+        leader_id: str,
+        elected_at: dt.datetime,
+        ttl: float,
+        now: dt.datetime | None = None,
+    ) -> LeaderRow | None:
+        sql = self._mq.leader_attempt_reelect
+        args = (
+            leader_id,
+            _ttl_modifier(ttl),
+            _ts_or_none(now),
+            format_sqlite_timestamp(elected_at),
+        )
+        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        return _leader(rows[0]) if rows else None
+
+    async def leader_resign(self, *, leader_id: str, elected_at: dt.datetime) -> bool:
+        # River's SQLite driver sends no notification here; we write River's `resigned`
+        # payload to the outbox so followers (ours and River Go's) try at once.
+        mq = self._mq
+        at = format_sqlite_timestamp(elected_at)
+        resigned = await self._write(lambda c: _op_leader_resign(c, mq, leader_id, at))
+        if resigned:
+            self._notified()
+        return resigned
+
+    async def leader_get_elected(self) -> LeaderRow | None:
+        sql = self._mq.leader_get_elected
+        rows = await self._read(lambda c: _op_fetch_all(c, sql, ()))
+        return _leader(rows[0]) if rows else None
+
+    async def job_schedule(
+        self, *, horizon: dt.datetime, now: dt.datetime, limit: int
+    ) -> list[ScheduledJob]:
+        mq = self._mq
+        h, n = format_sqlite_timestamp(horizon), format_sqlite_timestamp(now)
+        return await self._write(lambda c: _op_schedule(c, mq, h, n, int(limit)))
+
+    async def job_get_stuck(
+        self, *, stuck_horizon: dt.datetime, after_id: int = 0, limit: int
+    ) -> list[JobRow]:
+        sql = self._mq.job_get_stuck
+        args = (format_sqlite_timestamp(stuck_horizon), int(after_id), int(limit))
+        return await self._read(lambda c: job_rows(_op_fetch_all(c, sql, args)))
+
+    async def job_rescue_many(
+        self, rescues: Sequence[JobRescue], *, stuck_horizon: dt.datetime
+    ) -> int:
+        if not rescues:
+            return 0
+        sql = self._mq.job_rescue
+        horizon = format_sqlite_timestamp(stuck_horizon)
+        batch = [
+            (
+                int(r.id),
+                r.error.decode(),
+                _ts_or_none(r.finalized_at),
+                format_sqlite_timestamp(r.scheduled_at),
+                JobState(r.state).value,
+                horizon,
+            )
+            for r in rescues
+        ]
+        return await self._write(lambda c: _op_changes_many(c, sql, batch))
+
+    async def job_delete_before(
+        self,
+        *,
+        cancelled_before: dt.datetime | None,
+        completed_before: dt.datetime | None,
+        discarded_before: dt.datetime | None,
+        limit: int,
+    ) -> int:
+        sql = self._mq.job_delete_before
+        args = (
+            _ts_or_none(cancelled_before),
+            _ts_or_none(completed_before),
+            _ts_or_none(discarded_before),
+            int(limit),
+        )
+        return await self._write(lambda c: _op_changes(c, sql, args))
+
+    async def queue_delete_expired(self, *, updated_before: dt.datetime, limit: int) -> list[str]:
+        sql = self._mq.queue_delete_expired
+        args = (format_sqlite_timestamp(updated_before), int(limit))
+        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        return [str(r[0]) for r in rows]
+
+    async def notification_delete_before(self, *, created_before: dt.datetime, limit: int) -> int:
+        sql = self._mq.notification_delete_before
+        args = (format_sqlite_timestamp(created_before), int(limit))
+        return await self._write(lambda c: _op_changes(c, sql, args))
+
+    async def index_exists(self, name: str) -> bool:
+        sql = self._mq.index_exists
+        return await self._read(lambda c: _op_count(c, sql, (name,))) > 0
+
+    async def index_reindex_artifacts(self, name: str) -> list[str]:
+        return []  # SQLite's REINDEX is not concurrent: it leaves nothing behind
+
+    async def index_reindex(self, name: str) -> None:
+        sql = f"REINDEX {self._q.prefix}{quote_ident(name)}"
+        await self._write(lambda c: _op_exec_script(c, sql))
+
+    async def index_drop_if_exists(self, name: str) -> None:
+        sql = f"DROP INDEX IF EXISTS {self._q.prefix}{quote_ident(name)}"
+        await self._write(lambda c: _op_exec_script(c, sql))
+
 
 def _op_update_or_get(
     conn: apsw.Connection, sql: str, args: tuple[Any, ...], get: str
@@ -848,3 +981,79 @@ def _cursor_predicate(query: JobListQuery, column: str, args: list[Any]) -> list
         return [f"(({column}) < ? OR (({column}) = ? AND id < ?))"]
     or_null = f" OR ({column}) IS NULL" if query.time_nullable else ""
     return [f"(({column}) > ? OR (({column}) = ? AND id > ?){or_null})"]
+
+
+# ---------------------------------------------------------------------------------------------
+# leadership and maintenance
+
+
+def _ts_or_none(value: dt.datetime | None) -> str | None:
+    return None if value is None else format_sqlite_timestamp(value)
+
+
+def _ttl_modifier(ttl: float) -> str:
+    """A ``datetime()`` modifier adding ``ttl`` seconds (River's ``'15.000 seconds'``)."""
+    return f"{float(ttl):+.3f} seconds"
+
+
+def _leader(row: Sequence[Any]) -> LeaderRow:
+    return LeaderRow(
+        leader_id=str(row[0]),
+        elected_at=parse_sqlite_timestamp(row[1]),
+        expires_at=parse_sqlite_timestamp(row[2]),
+    )
+
+
+def _op_changes(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> int:
+    conn.execute(sql, args).fetchall()
+    return conn.changes()
+
+
+def _op_changes_many(conn: apsw.Connection, sql: str, batch: list[tuple[Any, ...]]) -> int:
+    total = 0
+    for args in batch:
+        conn.execute(sql, args).fetchall()
+        total += conn.changes()
+    return total
+
+
+def _op_leader_resign(
+    conn: apsw.Connection, mq: MaintenanceQueries, leader_id: str, elected_at: str
+) -> bool:
+    conn.execute(mq.leader_resign, (leader_id, elected_at)).fetchall()
+    if not conn.changes():
+        return False
+    payload = json.dumps({"leader_id": leader_id, "action": "resigned"}, separators=(",", ":"))
+    conn.execute(mq.notify_one, (TOPIC_LEADERSHIP, payload))
+    return True
+
+
+def _op_schedule(
+    conn: apsw.Connection, mq: MaintenanceQueries, horizon: str, now: str, limit: int
+) -> list[ScheduledJob]:
+    """River's SQLite JobSchedule in one unit: unique jobs one at a time (so two eligible jobs
+    sharing a key see each other's move), the rest in bulk."""
+    eligible = [(int(i), bool(u)) for i, u in conn.execute(mq.schedule_eligible, (horizon, limit))]
+    plain: list[int] = []
+    discard: list[int] = []
+    for job_id, unique in eligible:
+        if not unique:
+            plain.append(job_id)
+            continue
+        (taken,) = conn.execute(mq.schedule_collision, (job_id,)).fetchone() or (0,)
+        if taken:
+            discard.append(job_id)
+        else:
+            conn.execute(mq.schedule_set_available, (json.dumps([job_id]),))
+    if plain:
+        conn.execute(mq.schedule_set_available, (json.dumps(plain),))
+    if discard:
+        conn.execute(mq.schedule_set_discarded, (json.dumps(discard), now))
+    if not eligible:
+        return []
+    ids = [job_id for job_id, _ in eligible]
+    by_id = {
+        j.id: j for j in job_rows(conn.execute(mq.job_get_many, (json.dumps(ids),)).fetchall())
+    }
+    dropped = set(discard)
+    return [ScheduledJob(job=by_id[i], conflict_discarded=i in dropped) for i in ids if i in by_id]

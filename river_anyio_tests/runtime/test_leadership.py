@@ -1,0 +1,209 @@
+"""Leader election within one process: who leads, handing over, resigning on request, losing
+the lease, the leader scope, and clients that never lead (both databases, both loops)."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import functools
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar
+
+import anyio
+import attrs
+import pytest
+from anyio.abc import TaskGroup
+
+import river_anyio as river
+from river_anyio.drivers import TOPIC_LEADERSHIP, open_driver
+
+from .conftest import WAIT, next_event
+
+pytestmark = pytest.mark.anyio
+K = river.EventKind
+#: A short election interval: the lease lasts three of them.
+INTERVAL = 0.3
+
+
+#: Another client takes the lease for an hour, in one statement.
+STEAL_PG = """UPDATE river_leader SET leader_id = 'usurper',
+    elected_at = now() - interval '1 second', expires_at = now() + interval '1 hour'"""
+STEAL_SQLITE = """UPDATE river_leader SET leader_id = 'usurper',
+    elected_at = datetime('now', 'subsec', '-1 seconds'),
+    expires_at = datetime('now', 'subsec', '+3600 seconds')"""
+
+
+@attrs.frozen
+class Ping:
+    kind: ClassVar[str] = "leader_ping"
+
+
+def workers() -> river.Workers:
+    w = river.Workers()
+
+    @w.register(Ping)
+    async def work(ctx: river.WorkContext, job: river.Job[Ping]) -> None:
+        pass
+
+    return w
+
+
+def options(client_id: str, **kw: Any) -> dict[str, Any]:
+    base: dict[str, Any] = {
+        "id": client_id,
+        "queues": {"default": river.QueueConfig(max_workers=2)},
+        "workers": workers(),
+        "fetch_cooldown": 0.01,
+        "soft_stop_timeout": 2.0,
+        "_elect_interval": INTERVAL,
+        "_maintenance_stagger": False,
+    }
+    base.update(kw)
+    return base
+
+
+async def start(tg: TaskGroup, url: str, client_id: str, **kw: Any) -> river.ClientRun:
+    run: river.ClientRun = await tg.start(
+        functools.partial(river.run_client, url, **options(client_id, **kw))
+    )
+    return run
+
+
+async def leading(run: river.ClientRun, events: river.Subscription) -> None:
+    """Until ``run`` leads (``events`` subscribed to LEADER_ELECTED before the call: the
+    election may have happened before the subscription)."""
+    if not run.is_leader:
+        ev = await next_event(events, K.LEADER_ELECTED)
+        assert ev.details["client_id"] == run.config.id
+
+
+async def lease_holder(url: str) -> str | None:
+    async with open_driver(url) as driver:
+        row = await driver.executor().leader_get_elected()
+    return row.leader_id if row is not None else None
+
+
+@contextlib.asynccontextmanager
+async def clients(url: str) -> AsyncIterator[TaskGroup]:
+    with anyio.fail_after(4 * WAIT):
+        async with anyio.create_task_group() as tg:
+            yield tg
+            tg.cancel_scope.cancel()
+
+
+async def test_one_client_leads_and_a_stopping_leader_hands_over_at_once(
+    database_url: str,
+) -> None:
+    # a long interval: the follower takes over because the leader said it resigned, not
+    # because it polled
+    slow = 3.0
+    async with clients(database_url) as tg:
+        a = await start(tg, database_url, "leader-a", _elect_interval=slow)
+        with a.subscribe(K.LEADER_ELECTED, K.LEADER_LOST) as a_events:
+            await leading(a, a_events)
+            b = await start(tg, database_url, "leader-b", _elect_interval=slow)
+            with b.subscribe(K.LEADER_ELECTED) as b_events:
+                assert a.is_leader and not b.is_leader
+                assert await lease_holder(database_url) == "leader-a"
+                a.stop()
+                stopped_at = anyio.current_time()
+                lost = await next_event(a_events, K.LEADER_LOST)
+                assert lost.details["reason"] == "stopping"
+                await next_event(b_events, K.LEADER_ELECTED)
+                handover = anyio.current_time() - stopped_at
+                assert handover < 1.0, f"handover took {handover:.2f}s"
+                assert b.is_leader and not a.is_leader
+                assert await lease_holder(database_url) == "leader-b"
+        await a.wait()
+        b.stop()
+        await b.wait()
+    assert await lease_holder(database_url) is None  # b resigned too
+
+
+async def test_the_leader_schedules_jobs_and_a_follower_does_not(database_url: str) -> None:
+    maintenance = river.MaintenanceConfig(scheduler_interval=0.1)
+    async with clients(database_url) as tg:
+        run = await start(tg, database_url, "solo", maintenance=maintenance)
+        with run.subscribe(K.LEADER_ELECTED, K.JOB_COMPLETED) as events:
+            await leading(run, events)
+            at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5)
+            res = await run.client.insert(Ping(), river.InsertOpts(scheduled_at=at))
+            assert res.job.state is river.JobState.SCHEDULED
+            ev = await next_event(events, K.JOB_COMPLETED, job_id=res.job.id)
+            assert ev.job is not None and ev.job.scheduled_at == res.job.scheduled_at
+        run.stop()
+
+
+async def test_request_resign_and_a_lost_lease_end_the_term_and_its_services(
+    database_url: str,
+) -> None:
+    maintenance = river.MaintenanceConfig(scheduler_interval=0.1)
+    async with clients(database_url) as tg:
+        run = await start(tg, database_url, "resigner", maintenance=maintenance)
+        with run.subscribe(K.LEADER_ELECTED, K.LEADER_LOST, K.JOB_COMPLETED) as events:
+            await leading(run, events)
+            assert run._elector is not None
+            assert run._elector.terms == 1
+            async with open_driver(database_url) as driver:
+                ex = driver.executor()
+                # River's RequestResign: the leader resigns, then competes again
+                await ex.notify_many(
+                    TOPIC_LEADERSHIP, ['{"action":"request_resign","leader_id":""}']
+                )
+                lost = await next_event(events, K.LEADER_LOST)
+                assert lost.details["reason"] == "resigned"
+                await next_event(events, K.LEADER_ELECTED)
+                assert run._elector.terms == 2  # a new term (with new services)
+
+                # someone else takes the lease (as after a partition): the term is lost, the
+                # services stop with it
+                await ex.exec_script(STEAL_PG if driver.dialect == "postgres" else STEAL_SQLITE)
+                lost = await next_event(events, K.LEADER_LOST)
+                assert lost.details["reason"] == "lost"
+                assert not run.is_leader
+                at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.2)
+                res = await run.client.insert(Ping(), river.InsertOpts(scheduled_at=at))
+                # nobody schedules it: not this client's scheduler, whose scope was cancelled
+                await anyio.sleep(1.0)
+                row = await ex.job_get_by_id(res.job.id)
+                assert row is not None and row.state is river.JobState.SCHEDULED
+                assert await lease_holder(database_url) == "usurper"
+
+                # the lease is free again: leading again, the job gets scheduled and worked
+                await ex.exec_script("DELETE FROM river_leader")
+                await next_event(events, K.LEADER_ELECTED)
+                await next_event(events, K.JOB_COMPLETED, job_id=res.job.id)
+        run.stop()
+
+
+async def test_a_client_with_leader_election_disabled_never_leads(database_url: str) -> None:
+    async with clients(database_url) as tg:
+        run = await start(tg, database_url, "never", leader_election_disabled=True)
+        with run.subscribe(K.LEADER_ELECTED) as events:
+            await anyio.sleep(5 * INTERVAL)  # several elections' worth of time
+            with pytest.raises(anyio.WouldBlock):
+                events.receive_nowait()
+        assert not run.is_leader
+        assert await lease_holder(database_url) is None
+        # it still works its queues
+        with run.subscribe(K.JOB_COMPLETED) as done:
+            res = await run.client.insert(Ping())
+            await next_event(done, K.JOB_COMPLETED, job_id=res.job.id)
+        run.stop()
+
+
+def test_maintenance_settings_on_a_never_leader_are_ignored_with_a_warning(
+    database_url: str,
+) -> None:
+    from river_anyio._runtime._supervisor import _config_from
+
+    m = river.MaintenanceConfig(scheduler_interval=1)
+    with pytest.warns(UserWarning, match="maintenance settings are ignored"):
+        config = _config_from(
+            database_url, options("x", leader_election_disabled=True, maintenance=m)
+        )
+    assert config.leader_election_disabled
+    with pytest.raises(river.ConfigError, match="must be a MaintenanceConfig"):
+        _config_from(database_url, options("x", maintenance={"scheduler_interval": 1}))
+    with pytest.raises(river.ConfigError, match="must be a bool"):
+        _config_from(database_url, options("x", leader_election_disabled="yes"))
