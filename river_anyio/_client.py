@@ -21,6 +21,7 @@ from ._errors import ConfigError, ValidationError
 from ._insert import InsertManyParams, build_insert_params
 from ._job import InsertOpts, InsertResult, JobState
 from ._limiter import KeyedBurstLimiter
+from ._periodic import PeriodicJob, PeriodicJobs
 from ._timeutil import utc_now
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
@@ -77,6 +78,7 @@ class Client:
         max_attempts: int,
         middleware: Sequence[Any] = (),
         hooks: Sequence[Any] = (),
+        periodic_jobs: Sequence[PeriodicJob] = (),
     ) -> None:
         self._driver = driver
         self._id = id
@@ -88,6 +90,7 @@ class Client:
             h.insert_begin for h in hooks if callable(getattr(h, "insert_begin", None))
         ]
         self._limiter = KeyedBurstLimiter(NOTIFY_COOLDOWN)
+        self._periodic_jobs = PeriodicJobs(periodic_jobs)
         #: Set by a running client: wakes its own producers after a committed insert.
         self._after_insert: Callable[[set[str]], None] | None = None
 
@@ -98,6 +101,12 @@ class Client:
     @property
     def driver(self) -> Driver:
         return self._driver
+
+    @property
+    def periodic_jobs(self) -> PeriodicJobs:
+        """The periodic jobs this client inserts while it is the leader; add and remove them
+        at any time (River's ``PeriodicJobs()``)."""
+        return self._periodic_jobs
 
     def transaction(self) -> contextlib.AbstractAsyncContextManager[Executor]:
         """A transaction on the client's database, for ``*_tx`` calls and your own queries."""

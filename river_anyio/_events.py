@@ -43,6 +43,8 @@ class EventKind(enum.StrEnum):
     COMPLETION_DROPPED = "completion_dropped"
     #: This subscriber missed ``details["count"]`` events because its buffer was full.
     EVENTS_DROPPED = "events_dropped"
+    #: A leader-only service failed one pass (``details["service"]`` names it; it carries on).
+    MAINTENANCE_FAILED = "maintenance_failed"
 
 
 @attrs.frozen(kw_only=True)

@@ -48,6 +48,7 @@ from ._clock import Clock, SystemClock
 from ._completer import Completer, CompleterStatistics
 from ._executor import JobExecutor
 from ._notifier import Notifier
+from ._periodic import PeriodicEnqueuer
 from ._producer import Producer
 from ._util import STOP_AND_CANCEL_REASON, STOP_TIMEOUT_REASON
 
@@ -343,6 +344,7 @@ def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
         "job_stuck_threshold": 10.0,
         "thread_workers": 16,
         "process_workers": 4,
+        "periodic_jobs": None,
         # private, for tests: shorter completer retry timings (validated like the rest)
         "_completer_pauses": None,
         "_completer_try_timeout": None,
@@ -443,9 +445,20 @@ async def run_client(
             max_attempts=config.max_attempts,
             middleware=config.middleware,
             hooks=config.hooks,
+            periodic_jobs=config.periodic_jobs,
         )
         run = ClientRun(client, config, events)
         await run._run(driver, clock, task_status=task_status)
+
+
+# --- leader-scope services: periodic jobs --------------------------------------------------------
+
+
+def make_periodic_enqueuer(client: Client, clock: Clock, events: EventHub) -> PeriodicEnqueuer:
+    """The periodic job enqueuer of a run, inserting ``client.periodic_jobs``. Leader only:
+    start it in each leadership term's task group (``await leader_tg.start(enqueuer.run)``);
+    each ``run`` is one term and starts every schedule afresh. One object serves every term."""
+    return PeriodicEnqueuer(client=client, clock=clock, events=events)
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
