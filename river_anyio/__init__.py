@@ -11,8 +11,11 @@ import contextlib
 
 from ._client import Client as Client
 from ._config import QueueConfig as QueueConfig
+from ._cron import CronSchedule as CronSchedule
+from ._cron import cron as cron
 from ._errors import ConfigError as ConfigError
 from ._errors import ConnectionLostError as ConnectionLostError
+from ._errors import CronError as CronError
 from ._errors import DatabaseBusyError as DatabaseBusyError
 from ._errors import DatabaseError as DatabaseError
 from ._errors import IntegrityError as IntegrityError
@@ -35,6 +38,12 @@ from ._job import JobArgs as JobArgs
 from ._job import JobRow as JobRow
 from ._job import JobState as JobState
 from ._job import UniqueOpts as UniqueOpts
+from ._periodic import IntervalSchedule as IntervalSchedule
+from ._periodic import PeriodicJob as PeriodicJob
+from ._periodic import PeriodicJobHandle as PeriodicJobHandle
+from ._periodic import PeriodicJobs as PeriodicJobs
+from ._periodic import PeriodicSchedule as PeriodicSchedule
+from ._periodic import every as every
 from ._retry import DefaultRetryPolicy as DefaultRetryPolicy
 from ._retry import RetryPolicy as RetryPolicy
 from ._runtime._supervisor import ClientCrashedError as ClientCrashedError
@@ -59,6 +68,8 @@ __all__ = (
     "ClientRun",
     "ConfigError",
     "ConnectionLostError",
+    "CronError",
+    "CronSchedule",
     "DatabaseBusyError",
     "DatabaseError",
     "DefaultRetryPolicy",
@@ -69,6 +80,7 @@ __all__ = (
     "InsertOpts",
     "InsertResult",
     "IntegrityError",
+    "IntervalSchedule",
     "Job",
     "JobArgs",
     "JobRow",
@@ -77,6 +89,10 @@ __all__ = (
     "MigrationError",
     "NotFoundError",
     "Outcome",
+    "PeriodicJob",
+    "PeriodicJobHandle",
+    "PeriodicJobs",
+    "PeriodicSchedule",
     "PoolTimeoutError",
     "QueryCanceledError",
     "QueueConfig",
@@ -91,7 +107,9 @@ __all__ = (
     "Workers",
     "__version__",
     "cancel",
+    "cron",
     "discard",
+    "every",
     "open_client",
     "run_client",
     "snooze",

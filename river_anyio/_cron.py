@@ -11,8 +11,10 @@ ranges, steps and month/day names; the descriptors ``@yearly``/``@annually``, ``
 ``CRON_TZ=<zone>`` or ``TZ=<zone>`` prefix. Without a zone an expression is evaluated in the
 zone of the time passed to :meth:`CronSchedule.next`.
 
-One deliberate difference: an expression robfig accepts but that can never fire (``0 0 30 2 *``,
-an empty list) is rejected here, because a periodic job that silently never runs is a bug.
+Two deliberate differences: an expression robfig accepts but that can never fire
+(``0 0 30 2 *``, an empty list) is rejected here, because a periodic job that silently never
+runs is a bug; and where a whole calendar day is missing from a zone (Pacific/Apia skipped
+2011-12-30) robfig's ``Next`` never returns, while this one steps over the missing day.
 """
 
 from __future__ import annotations
@@ -394,11 +396,17 @@ def _spec_next(spec: _Spec, after: dt.datetime) -> dt.datetime | None:
             if not added:
                 added = True
                 t = _go_date(w.year, w.month, w.day, 0, 0, 0, zone)
+            before = t
             t = _add_date(t, zone, days=1)
             w = wall(t)
             # midnight may not exist (DST at 00:00): pull back to (or push on to) the day's start
             if w.hour != 0:
                 t += (24 - w.hour) * 3600 if w.hour > 12 else -w.hour * 3600
+                w = wall(t)
+            if t <= before:
+                # The next day does not exist at all (Pacific/Apia skipped 2011-12-30): robfig
+                # loops here forever; step over it instead.
+                t = before + 86400
                 w = wall(t)
             if w.day == 1:
                 wrapped = True

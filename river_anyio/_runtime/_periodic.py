@@ -100,6 +100,9 @@ class PeriodicEnqueuer:
     _dirty: bool = attrs.field(init=False, default=False)
     _sleep_scope: anyio.CancelScope | None = attrs.field(init=False, default=None)
     _zone: dt.tzinfo = attrs.field(init=False, default=_UTC)
+    #: Set (and replaced) each time the loop has caught up and goes to sleep: tests wait on it
+    #: after changing the job set (River's test signals).
+    _caught_up: anyio.Event | None = attrs.field(init=False, default=None)
 
     @property
     def jobs(self) -> PeriodicJobs:
@@ -114,6 +117,7 @@ class PeriodicEnqueuer:
         self._next = {}
         self._last_seen = -1
         self._dirty = False
+        self._caught_up = anyio.Event()
         unsubscribe = self.jobs._subscribe(self._on_change)
         logger.debug("periodic job enqueuer started (%d jobs)", len(self.jobs))
         try:
@@ -139,6 +143,9 @@ class PeriodicEnqueuer:
         if not self._dirty:
             planned = [_utc(t) for t in self._next.values() if t is not None]
             until = min(planned) if planned else _utc(self.clock.now()) + IDLE_WAIT
+            if self._caught_up is not None:
+                self._caught_up.set()
+                self._caught_up = anyio.Event()
             with anyio.CancelScope() as scope:
                 self._sleep_scope = scope
                 try:
