@@ -370,3 +370,49 @@ async def test_a_schedule_that_raises_stops_only_that_job(database_url: str) -> 
         assert list(enqueuer.next_runs().values()) == [None, T0 + minutes(2)]
         assert await planned(run, Other.kind) == [T0]
         assert await planned(run) == [T0 + minutes(1)]
+
+
+# --- the local zone ---------------------------------------------------------------------------
+
+
+@pytest.fixture
+def tz_env(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Set $TZ for ``local_zone`` (its cached answer is dropped before and after)."""
+    from river_anyio._runtime._periodic import local_zone
+
+    def set_tz(value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv("TZ", raising=False)
+        else:
+            monkeypatch.setenv("TZ", value)
+        local_zone.cache_clear()
+
+    yield set_tz
+    local_zone.cache_clear()
+
+
+@pytest.mark.parametrize(
+    ("tz", "expected"),
+    [
+        ("", "UTC"),
+        ("America/New_York", "America/New_York"),
+        (":Europe/London", "Europe/London"),
+        ("Not/AZone", "UTC"),
+    ],
+)
+def test_local_zone_is_found_as_go_finds_it(tz_env: Any, tz: str, expected: str) -> None:
+    from river_anyio._runtime._periodic import local_zone
+
+    tz_env(tz)
+    assert str(local_zone()) == expected
+
+
+async def test_cron_without_a_zone_runs_in_the_local_zone(database_url: str, tz_env: Any) -> None:
+    tz_env("America/New_York")
+    clock = ManualClock(T0)  # 2030-01-07 00:00:30Z is 19:00:30 EST the day before
+    jobs = [river.PeriodicJob(river.cron("0 9 * * *"), Tick)]
+    async with enqueuing(database_url, jobs, clock=clock) as (run, enqueuer):
+        [first] = enqueuer.next_runs().values()
+        assert first is not None and str(first) == "2030-01-07 09:00:00-05:00"
+        await settle(clock)
+        assert await planned(run) == [dt.datetime(2030, 1, 7, 14, tzinfo=UTC)]
