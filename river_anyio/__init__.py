@@ -19,6 +19,7 @@ from ._errors import CronError as CronError
 from ._errors import DatabaseBusyError as DatabaseBusyError
 from ._errors import DatabaseError as DatabaseError
 from ._errors import IntegrityError as IntegrityError
+from ._errors import JobRunningError as JobRunningError
 from ._errors import MigrationError as MigrationError
 from ._errors import NotFoundError as NotFoundError
 from ._errors import PoolTimeoutError as PoolTimeoutError
@@ -38,12 +39,18 @@ from ._job import JobArgs as JobArgs
 from ._job import JobRow as JobRow
 from ._job import JobState as JobState
 from ._job import UniqueOpts as UniqueOpts
+from ._jobs_api import JobListCursor as JobListCursor
+from ._jobs_api import JobListResult as JobListResult
+from ._jobs_api import JobsAPI as JobsAPI
 from ._periodic import IntervalSchedule as IntervalSchedule
 from ._periodic import PeriodicJob as PeriodicJob
 from ._periodic import PeriodicJobHandle as PeriodicJobHandle
 from ._periodic import PeriodicJobs as PeriodicJobs
 from ._periodic import PeriodicSchedule as PeriodicSchedule
 from ._periodic import every as every
+from ._queues_api import LocalQueues as LocalQueues
+from ._queues_api import QueuesAPI as QueuesAPI
+from ._resumable import ResumableStepError as ResumableStepError
 from ._retry import DefaultRetryPolicy as DefaultRetryPolicy
 from ._retry import RetryPolicy as RetryPolicy
 from ._runtime._supervisor import ClientCrashedError as ClientCrashedError
@@ -83,9 +90,14 @@ __all__ = (
     "IntervalSchedule",
     "Job",
     "JobArgs",
+    "JobListCursor",
+    "JobListResult",
     "JobRow",
+    "JobRunningError",
     "JobState",
     "JobTimings",
+    "JobsAPI",
+    "LocalQueues",
     "MigrationError",
     "NotFoundError",
     "Outcome",
@@ -96,6 +108,8 @@ __all__ = (
     "PoolTimeoutError",
     "QueryCanceledError",
     "QueueConfig",
+    "QueuesAPI",
+    "ResumableStepError",
     "RetryPolicy",
     "RiverError",
     "Subscription",

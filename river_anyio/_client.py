@@ -20,8 +20,10 @@ from typing import Any
 from ._errors import ConfigError, ValidationError
 from ._insert import InsertManyParams, build_insert_params
 from ._job import InsertOpts, InsertResult, JobState
+from ._jobs_api import JobsAPI
 from ._limiter import KeyedBurstLimiter
 from ._periodic import PeriodicJob, PeriodicJobs
+from ._queues_api import LocalQueues, QueuesAPI
 from ._timeutil import utc_now
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
@@ -68,7 +70,11 @@ def _validate_max_attempts(value: object) -> int:
 
 
 class Client:
-    """Inserts jobs. Obtained from :func:`open_client` as ``run.client``."""
+    """Inserts jobs, and manages jobs and queues (``jobs``, ``queues``, ``local_queues``).
+
+    Obtained from :func:`open_client` as ``run.client``, or built on a driver to insert and
+    manage jobs without working them.
+    """
 
     def __init__(
         self,
@@ -93,6 +99,20 @@ class Client:
         self._periodic_jobs = PeriodicJobs(periodic_jobs)
         #: Set by a running client: wakes its own producers after a committed insert.
         self._after_insert: Callable[[set[str]], None] | None = None
+        # --- job and queue APIs ---
+        #: Set by a running client that does not listen for notifications: applies a control
+        #: action (cancel, pause, resume) to its own producers at once, as River does.
+        self._local_control: Callable[[str, dict[str, Any]], None] | None = None
+        #: River's job API (get, list, cancel, retry, delete, update; ``*_tx`` twins).
+        self.jobs = JobsAPI(self)
+        #: River's queue API (get, list, pause, resume, update; ``*_tx`` twins).
+        self.queues = QueuesAPI(self)
+        #: The queues this client works, added and removed while it runs.
+        self.local_queues = LocalQueues(self)
+
+    def _control_local(self, queue: str, payload: dict[str, Any]) -> None:
+        if self._local_control is not None:
+            self._local_control(queue, payload)
 
     @property
     def id(self) -> str:
@@ -152,7 +172,15 @@ class Client:
                     if inspect.isawaitable(res):
                         await res
                 except Exception:
-                    logger.exception("insert_begin hook raised; ignored")
+                    logger.exception(
+                        "insert_begin hook raised; ignored",
+                        extra={
+                            "river_event": "insert_hook_failed",
+                            "river_client_id": self._id,
+                            "river_job_kind": p.kind,
+                            "river_queue": p.queue,
+                        },
+                    )
         call = insert
         for mw in reversed(self._insert_middleware):
             call = _wrap_insert(mw, call)

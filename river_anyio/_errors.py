@@ -7,6 +7,8 @@ Every error the library raises on purpose derives from :class:`RiverError`::
     │   └── CronError                         a cron expression that cannot be parsed
     ├── ValidationError (also ValueError)     bad input to an insert or another call
     ├── NotFoundError                         the row asked for does not exist
+    ├── JobRunningError                       the job is running (River's ErrJobRunning)
+    ├── ResumableStepError (also RuntimeError) resumable steps misused (river_anyio._resumable)
     ├── MigrationError                        a migration cannot run or the schema is not current
     └── DatabaseError                         the database failed; translated driver errors
         ├── ConnectionLostError               the connection dropped or could not be opened (transient)
@@ -61,6 +63,11 @@ class ValidationError(RiverError, ValueError):
 
 class NotFoundError(RiverError):
     """The job, queue or other row asked for does not exist."""
+
+
+class JobRunningError(RiverError):
+    """The operation is refused because the job is running (River's ``ErrJobRunning``): a
+    running job cannot be deleted."""
 
 
 class MigrationError(RiverError):

@@ -24,9 +24,13 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runt
 
 import attrs
 
-from ._errors import ConfigError, ValidationError
+from ._errors import ConfigError, NotFoundError, ValidationError
 from ._insert import class_kind
-from ._job import JobRow
+from ._job import JobRow, JobState
+from ._jobs_api import encode_output
+from ._resumable import ResumableState
+from ._timeutil import utc_now
+from .drivers import JobCompletion
 
 if TYPE_CHECKING:
     from ._client import Client
@@ -146,7 +150,17 @@ _worker_logger = logging.getLogger("river_anyio.worker")
 class WorkContext:
     """What a worker gets besides its job: the client, the deadline, a logger, cancellation."""
 
-    __slots__ = ("_cancelled", "_logger", "_metadata_updates", "client", "deadline", "job_row")
+    __slots__ = (
+        "_cancelled",
+        "_completed_tx",
+        "_logger",
+        "_metadata_updates",
+        "_output",
+        "_resumable",
+        "client",
+        "deadline",
+        "job_row",
+    )
 
     def __init__(self, *, client: Client, job: JobRow, deadline: float | None) -> None:
         self.client = client
@@ -157,6 +171,9 @@ class WorkContext:
         self._cancelled: threading.Event | None = None
         self._logger: logging.LoggerAdapter[logging.Logger] | None = None
         self._metadata_updates: dict[str, Any] = {}
+        self._output: bytes | None = None  # encoded, see record_output
+        self._completed_tx = False
+        self._resumable: ResumableState | None = None
 
     @property
     def cancelled(self) -> threading.Event:
@@ -168,11 +185,20 @@ class WorkContext:
 
     @property
     def logger(self) -> logging.LoggerAdapter[logging.Logger]:
-        """A logger (``river_anyio.worker``) that tags records with the job's id, kind, queue."""
+        """A logger (``river_anyio.worker``) whose records carry the job's fields
+        (``river_job_id``, ``river_job_kind``, ``river_queue``, ``river_attempt``,
+        ``river_client_id``)."""
         if self._logger is None:
             row = self.job_row
             self._logger = logging.LoggerAdapter(
-                _worker_logger, {"job_id": row.id, "job_kind": row.kind, "queue": row.queue}
+                _worker_logger,
+                {
+                    "river_client_id": getattr(self.client, "id", None),
+                    "river_queue": row.queue,
+                    "river_job_id": row.id,
+                    "river_job_kind": row.kind,
+                    "river_attempt": row.attempt,
+                },
             )
         return self._logger
 
@@ -188,6 +214,103 @@ class WorkContext:
         except (TypeError, ValueError) as exc:
             raise ValueError(f"metadata value for {key!r} is not JSON-encodable: {exc}") from None
         self._metadata_updates[key] = value
+
+    # --- output, and completion in the worker's own transaction -------------------------------
+
+    def record_output(self, value: Any) -> None:
+        """Record the job's output (River's RecordOutput): any JSON value, encoded now, at
+        most 32 MiB encoded (:class:`~river_anyio.ValidationError` otherwise). Stored under the
+        ``output`` metadata key when the attempt finishes, whatever its outcome; the last call
+        wins."""
+        self._output = encode_output(value)
+
+    def metadata_updates_json(self, extra: Mapping[str, Any] | None = None) -> bytes | None:
+        """The staged metadata updates (and ``extra``, and the output) as one JSON object, or
+        None when there are none."""
+        updates = {**self._metadata_updates, **extra} if extra else self._metadata_updates
+        if not updates and self._output is None:
+            return None
+        encoded = json.dumps(updates, separators=(",", ":"), allow_nan=False).encode()
+        if self._output is None:
+            return encoded
+        if "output" in updates:
+            updates = {k: v for k, v in updates.items() if k != "output"}
+            encoded = json.dumps(updates, separators=(",", ":"), allow_nan=False).encode()
+        # spliced in, so a large output is not encoded again
+        return encoded[:-1] + (b',"output":' if updates else b'"output":') + self._output + b"}"
+
+    async def complete_tx(self, tx: object) -> JobRow:
+        """Mark this job ``completed`` inside the caller's transaction (River's JobCompleteTx),
+        so the job's effects and its completion commit, or roll back, together.
+
+        The metadata staged so far (and the output) is written with it. Once that commits,
+        the attempt's own completion changes nothing but still reports ``job_completed``.
+        Returns the row after the update: if this client's attempt no longer owns the job
+        (it was rescued and claimed again) nothing changes and the row says so.
+        :class:`~river_anyio.NotFoundError` if the job is gone.
+        """
+        row = self.job_row
+        if row.state is not JobState.RUNNING:
+            raise ValidationError("job", "job must be running", row.state)
+        completion = JobCompletion(
+            id=row.id,
+            attempt=row.attempt,
+            state=JobState.COMPLETED,
+            finalized_at=utc_now(),
+            metadata_updates=self.metadata_updates_json(),
+        )
+        ex = self.client.driver.executor_for(tx)
+        results = await ex.job_set_state_if_running_many([completion], client_id=self.client.id)
+        if not results or results[0].job is None:
+            raise NotFoundError(f"job {row.id} not found")
+        self._completed_tx = True
+        return results[0].job
+
+    # --- resumable steps (River's ResumableStep and friends; see river_anyio._resumable) ----
+
+    def _resumable_state(self) -> ResumableState:
+        if self._resumable is None:
+            self._resumable = ResumableState(self.job_row.metadata)
+        return self._resumable
+
+    async def step(self, name: str, fn: Callable[[], Awaitable[Any]]) -> None:
+        """Run ``await fn()`` as the resumable step ``name``, unless an earlier attempt
+        completed it (River's ResumableStep). Names are unique within an attempt; steps do not
+        nest. The step's exception propagates, and no further step runs."""
+        await self._resumable_state().step(name, fn)
+
+    async def step_cursor(self, name: str, fn: Callable[[Any], Awaitable[Any]]) -> None:
+        """Run ``await fn(cursor)`` as the resumable step ``name`` (River's
+        ResumableStepCursor): ``cursor`` is what an earlier attempt saved with
+        :meth:`set_cursor` in this step (None at first), so a partly done step resumes."""
+        await self._resumable_state().step_cursor(name, fn)
+
+    def set_cursor(self, value: Any) -> None:
+        """Save the running step's cursor (any JSON value), recorded if the attempt fails
+        (River's ResumableSetCursor)."""
+        self._resumable_state().set_cursor(value)
+
+    async def set_step_tx(self, tx: object) -> JobRow:
+        """Record the running step as done inside the caller's transaction, now (River's
+        ResumableSetStepTx): committed with the step's own writes."""
+        return await self._checkpoint(tx, None, with_cursor=False)
+
+    async def set_step_cursor_tx(self, tx: object, cursor: Any) -> JobRow:
+        """Record the running step with ``cursor`` inside the caller's transaction, now
+        (River's ResumableSetStepCursorTx): a later attempt resumes the step from it."""
+        return await self._checkpoint(tx, cursor, with_cursor=True)
+
+    async def _checkpoint(self, tx: object, cursor: Any, *, with_cursor: bool) -> JobRow:
+        if self.job_row.state is not JobState.RUNNING:
+            raise ValidationError("job", "job must be running", self.job_row.state)
+        state = self._resumable_state()
+        updates = state.checkpoint_updates(cursor, with_cursor=with_cursor)
+        ex = self.client.driver.executor_for(tx)
+        row = await ex.job_update_metadata(self.job_row.id, updates)
+        if row is None:
+            raise NotFoundError(f"job {self.job_row.id} not found")
+        state.checkpointed(updates)
+        return row
 
 
 @runtime_checkable

@@ -33,6 +33,16 @@ CUSTOM_SCHEMA = "river_custom"
 
 _pg_skip_reason: str | None = None
 
+#: The suite that runs the pytest plugin's fixtures under pytest-trio: collected only in its own
+#: pytest run with ``-p trio`` (the main suite runs with ``-p no:trio``).
+PYTEST_TRIO_SUITE = "pytest_trio_compat"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if collection_path.name == PYTEST_TRIO_SUITE and not config.pluginmanager.has_plugin("trio"):
+        return True
+    return None
+
 
 @pytest.fixture(scope="session", params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:

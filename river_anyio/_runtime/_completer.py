@@ -31,6 +31,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from .._errors import DatabaseError
 from .._events import Event, EventHub, EventKind, JobTimings
 from .._job import JobRow, JobState
+from .._logging import client_extra, job_extra, jobs_extra
 from ..drivers import CompletionResult, Driver, JobCompletion
 from ._util import Wakeup
 
@@ -61,6 +62,9 @@ class Finished:
     queue_wait: dt.timedelta
     run_time: dt.timedelta
     finished_at: float = attrs.field(factory=time.monotonic)
+    #: the worker completed the job in its own transaction (``ctx.complete_tx``): the row
+    #: not being running any more is expected, not a race
+    completed_tx: bool = False
 
 
 @attrs.frozen(kw_only=True)
@@ -146,6 +150,9 @@ class Completer:
                 logger.error(
                     "completer: final flush timed out; %d jobs left running for the rescuer",
                     len(self._pending),
+                    extra=jobs_extra(
+                        "completer_flush_timeout", list(self._pending), self._client_id
+                    ),
                 )
                 self._drop(list(self._pending.values()))
                 self._pending.clear()
@@ -158,7 +165,11 @@ class Completer:
                 if n >= FLUSH_THRESHOLD:
                     self._wake.set()
                 if n >= BACKLOG_HIGH:
-                    logger.warning("completer: %d completions pending, waiting for the database", n)
+                    logger.warning(
+                        "completer: %d completions pending, waiting for the database",
+                        n,
+                        extra=client_extra("completer_backlog", self._client_id),
+                    )
                     self._below_low = anyio.Event()
                     await self._below_low.wait()
 
@@ -219,6 +230,9 @@ class Completer:
                 "completer: stopping with the database failing; %d jobs left running for the "
                 "rescuer",
                 len(rest),
+                extra=jobs_extra(
+                    "completer_stop_failing", [f.row.id for f in rest], self._client_id
+                ),
             )
             self._drop(rest)
             self._release_backpressure()
@@ -228,7 +242,9 @@ class Completer:
                 self._pending.setdefault(f.completion.id, f)
             self._requeued += len(batch)
             logger.warning(
-                "completer: requeued %d completions after a transient failure", len(batch)
+                "completer: requeued %d completions after a transient failure",
+                len(batch),
+                extra=jobs_extra("completion_requeued", [f.row.id for f in batch], self._client_id),
             )
         else:
             self._drop(batch)
@@ -239,6 +255,7 @@ class Completer:
         self, batch: list[Finished]
     ) -> tuple[list[CompletionResult] | None, BaseException | None]:
         completions = [f.completion for f in batch]
+        job_ids = [f.row.id for f in batch]
         last_error: BaseException | None = None
         for attempt in range(self._tries):
             try:
@@ -259,7 +276,7 @@ class Completer:
                     attempt + 1,
                     self._tries,
                     exc,
-                    extra={"river_event": "completion_failed"},
+                    extra=jobs_extra("completion_failed", job_ids, self._client_id),
                 )
                 if self._stopping and attempt + 1 == self._tries:
                     break
@@ -272,7 +289,7 @@ class Completer:
         logger.error(
             "completer: dropped %d completions; those jobs stay running until rescued",
             len(items),
-            extra={"river_event": "completion_dropped"},
+            extra=jobs_extra("completion_dropped", [f.row.id for f in items], self._client_id),
         )
         if self._events.active:
             self._events.publish(
@@ -292,7 +309,11 @@ class Completer:
         self._written += len(batch)
         self._release_backpressure()
         by_id = {r.id: r for r in results}
-        races = [f for f in batch if (r := by_id.get(f.row.id)) is not None and not r.applied]
+        races = [
+            f
+            for f in batch
+            if (r := by_id.get(f.row.id)) is not None and not r.applied and not f.completed_tx
+        ]
         self._races += len(races)
         for f in races:
             logger.warning(
@@ -300,7 +321,7 @@ class Completer:
                 "its result was not applied",
                 f.row.id,
                 f.row.attempt,
-                extra={"river_event": "job_race", "job_id": f.row.id},
+                extra=job_extra("job_race", f.row, self._client_id),
             )
         if not self._events.active:
             return
@@ -310,7 +331,9 @@ class Completer:
             if r is None or r.job is None:  # deleted, or a subscriber arrived mid-write
                 continue
             kind = f.kind
-            if not r.applied:
+            if not r.applied and f.completed_tx and r.job.state == JobState.COMPLETED:
+                kind = EventKind.JOB_COMPLETED  # completed by the worker's transaction
+            elif not r.applied:
                 kind = EventKind.JOB_RACE
             elif r.job.state == JobState.CANCELLED:
                 kind = EventKind.JOB_CANCELLED

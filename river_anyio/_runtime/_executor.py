@@ -32,6 +32,8 @@ from .._config import ClientConfig
 from .._convert import structure_args
 from .._events import EventKind
 from .._job import JobRow, JobState
+from .._logging import job_extra
+from .._resumable import ResumableStepError, has_progress
 from .._retry import DefaultRetryPolicy
 from .._timeutil import format_rfc3339nano
 from .._work import (
@@ -164,6 +166,8 @@ class JobExecutor:
                         if scope.cancel_called:
                             ctx.cancelled.set()
                 remote = row.id in self.remote_cancelled
+                if ctx._resumable is not None or has_progress(row.metadata):
+                    result = _resumable_outcome(ctx, result)
                 if not isinstance(result, _OUTCOMES) and result is not _PENDING:
                     result = _bad_return(row, result)  # an error like any other (handler too)
                 if result is _PENDING:  # our own scope stopped the worker
@@ -271,7 +275,15 @@ class JobExecutor:
                 if inspect.isawaitable(res):
                     await res
             except Exception:
-                logger.exception("hook %s.%s raised; ignored", type(hook).__name__, name)
+                ctx = args[0] if args else None
+                logger.exception(
+                    "hook %s.%s raised; ignored",
+                    type(hook).__name__,
+                    name,
+                    extra=job_extra("hook_failed", ctx.job_row, self._config.id)
+                    if isinstance(ctx, WorkContext)
+                    else None,
+                )
 
     async def _handle_error(self, row: JobRow, failure: _Failure) -> Any:
         handler = self._config.error_handler
@@ -282,7 +294,11 @@ class JobExecutor:
             if inspect.isawaitable(res):
                 res = await res
         except Exception:
-            logger.exception("error handler raised while handling job %d; ignored", row.id)
+            logger.exception(
+                "error handler raised while handling job %d; ignored",
+                row.id,
+                extra=job_extra("error_handler_failed", row, self._config.id),
+            )
             return failure
         if res is not None and getattr(res, "set_cancelled", False):
             return _CancelAfterError(failure)
@@ -301,7 +317,7 @@ class JobExecutor:
         ctx: WorkContext | None,
     ) -> Finished:
         now = self._clock.now()
-        meta: dict[str, Any] = dict(ctx._metadata_updates) if ctx is not None else {}
+        meta: dict[str, Any] = {}
         error_text: str | None = None
         kind = EventKind.JOB_COMPLETED
         params: dict[str, Any] = {"id": row.id, "attempt": row.attempt}
@@ -374,18 +390,27 @@ class JobExecutor:
                     row.kind,
                     row.attempt,
                     error_text,
-                    extra={"river_event": "job_failed", "job_id": row.id},
+                    extra=job_extra("job_failed", row, self._config.id),
                 )
             else:
                 logger.warning(
-                    "job %d: %s", row.id, error_text, extra={"river_event": "job_unknown_kind"}
+                    "job %d: %s",
+                    row.id,
+                    error_text,
+                    extra=job_extra("job_unknown_kind", row, self._config.id),
                 )
-        if meta:
+        if meta or (ctx is not None and (ctx._metadata_updates or ctx._output is not None)):
             try:
-                encoded = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
+                if ctx is not None:
+                    encoded = ctx.metadata_updates_json(meta)
+                else:
+                    encoded = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode()
             except (TypeError, ValueError) as exc:  # a staged value was mutated since
                 logger.error(
-                    "job %d: metadata updates dropped, not JSON-encodable: %s", row.id, exc
+                    "job %d: metadata updates dropped, not JSON-encodable: %s",
+                    row.id,
+                    exc,
+                    extra=job_extra("metadata_dropped", row, self._config.id),
                 )
             else:
                 params["metadata_updates"] = encoded
@@ -396,6 +421,7 @@ class JobExecutor:
             error=error_text,
             queue_wait=max(start - row.scheduled_at, dt.timedelta(0)),
             run_time=dt.timedelta(seconds=time.monotonic() - started),
+            completed_tx=ctx is not None and ctx._completed_tx,
         )
 
     def _next_retry(
@@ -406,15 +432,26 @@ class JobExecutor:
             try:
                 nxt = reg.next_retry(job)
             except Exception:
-                logger.exception("next_retry of %s raised; using the retry policy", row.kind)
+                logger.exception(
+                    "next_retry of %s raised; using the retry policy",
+                    row.kind,
+                    extra=job_extra("next_retry_failed", row, self._config.id),
+                )
         if nxt is None:
             try:
                 nxt = self._config.retry_policy.next_retry(row, now)
             except Exception:
-                logger.exception("retry policy raised; using River's default")
+                logger.exception(
+                    "retry policy raised; using River's default",
+                    extra=job_extra("retry_policy_failed", row, self._config.id),
+                )
         if nxt is None or nxt < now:
             if nxt is not None:
-                logger.warning("next retry for job %d is in the past; using the default", row.id)
+                logger.warning(
+                    "next retry for job %d is in the past; using the default",
+                    row.id,
+                    extra=job_extra("next_retry_in_past", row, self._config.id),
+                )
             nxt = _default_policy.next_retry(row, now)
         return nxt
 
@@ -447,6 +484,20 @@ def _bad_return(row: JobRow, result: object) -> _Failure:
         ),
         trace=False,
     )
+
+
+def _resumable_outcome(ctx: WorkContext, result: Any) -> Any:
+    """River's resumable middleware, after the worker: a clean return still fails when a step
+    failed or a recorded step was not found; an attempt that did not succeed records its
+    progress."""
+    state = ctx._resumable_state()
+    if result is None:
+        err = state.final_error()
+        if err is not None:
+            result = _Failure(err, trace=not isinstance(err, ResumableStepError))
+    if result is not None:
+        ctx._metadata_updates.update(state.progress_updates())
+    return result
 
 
 class _CancelAfterError:

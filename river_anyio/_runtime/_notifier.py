@@ -59,7 +59,10 @@ class Notifier:
                 send.send_nowait(note)
             except anyio.WouldBlock:
                 self.dropped += 1
-                logger.warning("notifier: a subscriber's buffer is full; notification dropped")
+                logger.warning(
+                    "notifier: a subscriber's buffer is full; notification dropped",
+                    extra={"river_event": "notification_dropped"},
+                )
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 pass
 
@@ -80,7 +83,10 @@ class Notifier:
                         task_status.started()
                     else:
                         self.reconnects += 1
-                        logger.info("notifier: listening again; re-polling every queue")
+                        logger.info(
+                            "notifier: listening again; re-polling every queue",
+                            extra={"river_event": "notifier_reconnected"},
+                        )
                         for producer in list(self._subscribers):
                             await producer.reconcile()
                     self._backoff.reset()

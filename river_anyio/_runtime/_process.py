@@ -99,7 +99,7 @@ class ProcessRunner:
             "process worker for job %d ignored cancellation for %.1fs; killing it",
             job_id,
             self._stuck_threshold,
-            extra={"river_event": "job_stuck_killed", "job_id": job_id},
+            extra={"river_event": "job_stuck_killed", "river_job_id": job_id},
         )
         process.kill()
         await process.wait()

@@ -28,6 +28,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from .._errors import DatabaseError
 from .._events import Event, EventHub, EventKind
 from .._job import JobRow
+from .._logging import job_extra, queue_extra
 from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, Driver, Notification
 from ._completer import Completer, Finished
 from ._executor import JobExecutor
@@ -113,9 +114,13 @@ class Producer:
             return False
         self._executor.remote_cancelled.add(job_id)
         scope.cancel(REMOTE_CANCEL_REASON)
-        logger.warning(
-            "job %d cancelled remotely", job_id, extra={"river_event": "job_cancel_remote"}
-        )
+        row = self._active.get(job_id)
+        if row is not None:
+            extra = job_extra("job_cancel_remote", row, self._client_id)
+        else:
+            extra = queue_extra("job_cancel_remote", self.queue, self._client_id)
+            extra["river_job_id"] = job_id
+        logger.warning("job %d cancelled remotely", job_id, extra=extra)
         return True
 
     def set_paused(self, paused: bool) -> None:
@@ -123,7 +128,12 @@ class Producer:
             return
         self._paused = paused
         kind = EventKind.QUEUE_PAUSED if paused else EventKind.QUEUE_RESUMED
-        logger.info("queue %s %s", self.queue, "paused" if paused else "resumed")
+        logger.info(
+            "queue %s %s",
+            self.queue,
+            "paused" if paused else "resumed",
+            extra=queue_extra(kind.value, self.queue, self._client_id),
+        )
         self._events.publish(Event(kind=kind, queue=self.queue))
         if not paused:
             self._urgent = True
@@ -140,7 +150,12 @@ class Producer:
                 ids=list(self._active), limit=len(self._active)
             )
         except DatabaseError as exc:
-            logger.warning("producer %s: reconciling cancellations failed: %s", self.queue, exc)
+            logger.warning(
+                "producer %s: reconciling cancellations failed: %s",
+                self.queue,
+                exc,
+                extra=queue_extra("reconcile_failed", self.queue, self._client_id),
+            )
             return
         for row in rows:
             if "cancel_attempted_at" in row.metadata:
@@ -240,7 +255,7 @@ class Producer:
                 self.queue,
                 delay,
                 exc,
-                extra={"river_event": "fetch_failed", "queue": self.queue},
+                extra=queue_extra("fetch_failed", self.queue, self._client_id),
             )
             return delay
         self._backoff.reset()
@@ -279,7 +294,10 @@ class Producer:
                     payload: Any = json.loads(note.payload)
                 except ValueError:
                     logger.warning(
-                        "producer %s: malformed notification %r", self.queue, note.payload
+                        "producer %s: malformed notification %r",
+                        self.queue,
+                        note.payload,
+                        extra=queue_extra("notification_malformed", self.queue, self._client_id),
                     )
                     continue
                 if not isinstance(payload, dict):
@@ -311,7 +329,12 @@ class Producer:
             with anyio.fail_after(HOT_OPERATION_TIMEOUT):
                 row = await self._driver.executor().queue_get(self.queue)
         except (DatabaseError, TimeoutError) as exc:
-            logger.warning("producer %s: reading queue settings failed: %s", self.queue, exc)
+            logger.warning(
+                "producer %s: reading queue settings failed: %s",
+                self.queue,
+                exc,
+                extra=queue_extra("queue_settings_failed", self.queue, self._client_id),
+            )
             return
         if row is not None:
             self.set_paused(row.paused_at is not None)
@@ -324,4 +347,9 @@ class Producer:
                 with anyio.fail_after(HOT_OPERATION_TIMEOUT):
                     await self._driver.executor().queue_create_or_set_updated_at(name=self.queue)
             except (DatabaseError, TimeoutError) as exc:
-                logger.warning("producer %s: queue keep-alive failed: %s", self.queue, exc)
+                logger.warning(
+                    "producer %s: queue keep-alive failed: %s",
+                    self.queue,
+                    exc,
+                    extra=queue_extra("queue_keepalive_failed", self.queue, self._client_id),
+                )

@@ -30,18 +30,20 @@ from __future__ import annotations
 import contextlib
 import logging
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio
+import anyio.abc
 import attrs
 from anyio.abc import TaskStatus
 
 from .._client import Client, default_client_id
-from .._config import ClientConfig, build_config
-from .._errors import ConfigError, RiverError
+from .._config import ClientConfig, QueueConfig, build_config
+from .._errors import ConfigError, NotFoundError, RiverError, ValidationError
 from .._events import Event, EventHub, EventKind, Subscription
 from .._job import MAX_ATTEMPTS_DEFAULT
+from .._logging import client_extra
 from .._work import UNSET
 from ..drivers import Driver, dialect_of_url, open_driver
 from ._clock import Clock, SystemClock
@@ -106,6 +108,10 @@ class ClientRun:
         self._lag = 0.0
         self._lag_max = 0.0
         self._started = False
+        # local queues (client.local_queues): what a producer added later is built from
+        self._producers_tg: anyio.abc.TaskGroup | None = None
+        self._producer_done: dict[str, anyio.Event] = {}
+        self._new_producer: Callable[[str, ClientConfig], Producer] | None = None
 
     # --- controls -----------------------------------------------------------------------------
 
@@ -139,7 +145,11 @@ class ClientRun:
         # Producers stop claiming now, not when the stopper task next runs: once stop()
         # returns no new claim begins (trio may run a producer before the stopper).
         if not self._stop_requested.is_set():
-            logger.info("client %s stopping", self.client.id)
+            logger.info(
+                "client %s stopping",
+                self.client.id,
+                extra=client_extra("client_stopping", self.client.id),
+            )
             self._stop_requested.set()
         for producer in self._producers.values():
             producer.stop_fetching()
@@ -187,6 +197,76 @@ class ClientRun:
             if p is not None:
                 p.trigger()
 
+    # --- local queues and local control (client.local_queues; client.jobs/queues) --------------
+
+    def _control_locally(self, queue: str, payload: dict[str, Any]) -> None:
+        """A control action taken through this client's API, applied to its own producers at
+        once when it does not listen for notifications (River does the same)."""
+        for producer in list(self._producers.values()):
+            producer._control(payload)
+
+    async def _run_producer(self, producer: Producer, *, task_status: TaskStatus[None]) -> None:
+        done = self._producer_done[producer.queue] = anyio.Event()
+        try:
+            await producer.run(task_status=task_status)
+        finally:
+            done.set()
+
+    async def _add_queue(self, name: str, queue_config: QueueConfig) -> None:
+        """Start a producer for a new queue (``client.local_queues.add``)."""
+        if self._new_producer is None:
+            raise ValidationError(
+                "local_queues", "this client works no jobs (no workers are registered)"
+            )
+        if self._producers_tg is None or not self._started or self.stopping:
+            raise ValidationError("local_queues", "the client is not running (or is stopping)")
+        if name in self._producers:
+            raise ValidationError("name", f"queue {name!r} is already added", name)
+        config = self.config
+        cooldown = queue_config.fetch_cooldown
+        cooldown = config.fetch_cooldown if cooldown is None else cooldown
+        poll = queue_config.fetch_poll_interval
+        poll = config.fetch_poll_interval if poll is None else poll
+        if poll < cooldown:
+            raise ConfigError(
+                "fetch_poll_interval",
+                f"cannot be shorter than the queue's fetch_cooldown ({cooldown:g}s)",
+                poll,
+            )
+        self.config = attrs.evolve(config, queues={**config.queues, name: queue_config})
+        producer = self._new_producer(name, self.config)
+        self._producers[name] = producer
+        try:
+            await self._producers_tg.start(
+                self._run_producer, producer, name=f"river producer {name}"
+            )
+        except BaseException:
+            self._forget(name, producer)
+            raise
+        logger.info("queue %s added", name, extra={"river_event": "queue_added", "queue": name})
+
+    async def _remove_queue(self, name: str) -> None:
+        """Stop a queue's producer and wait until its running jobs are done
+        (``client.local_queues.remove``)."""
+        producer = self._producers.get(name)
+        if producer is None:
+            raise NotFoundError(f"queue {name!r} is not worked by this client")
+        producer.stop_fetching()
+        done = self._producer_done.get(name)
+        if done is not None:
+            await done.wait()
+        self._forget(name, producer)
+        logger.info("queue %s removed", name, extra={"river_event": "queue_removed", "queue": name})
+
+    def _forget(self, name: str, producer: Producer) -> None:
+        if self._producers.get(name) is not producer:
+            return
+        del self._producers[name]
+        self._producer_done.pop(name, None)
+        self.config = attrs.evolve(
+            self.config, queues={k: v for k, v in self.config.queues.items() if k != name}
+        )
+
     # --- the run ------------------------------------------------------------------------------
 
     async def _lag_monitor(self) -> None:
@@ -198,7 +278,9 @@ class ClientRun:
             self._lag_max = max(self._lag_max, lag)
             if lag > LAG_WARN:
                 logger.warning(
-                    "event loop lag %.0f ms", lag * 1000, extra={"river_event": "loop_lag"}
+                    "event loop lag %.0f ms",
+                    lag * 1000,
+                    extra=client_extra("loop_lag", self.client.id),
                 )
                 self._events.publish(Event(kind=EventKind.LOOP_LAG, details={"lag": lag}))
 
@@ -209,7 +291,10 @@ class ClientRun:
             with anyio.CancelScope() as self._escalation:
                 if math.isfinite(self._stop_deadline):
                     await anyio.sleep_until(self._stop_deadline)
-                    logger.warning("soft stop timeout passed; cancelling running jobs")
+                    logger.warning(
+                        "soft stop timeout passed; cancelling running jobs",
+                        extra=client_extra("stop_timeout", self.client.id),
+                    )
                     self._cancel_jobs(STOP_TIMEOUT_REASON)
                     return
                 await anyio.sleep_forever()
@@ -227,7 +312,8 @@ class ClientRun:
             async with anyio.create_task_group() as root:
                 root.start_soon(self._lag_monitor, name="river lag monitor")
                 notifier: Notifier | None = None
-                if config.queues and not config.poll_only and driver.supports_listen_notify:
+                works = bool(config.queues) or len(config.workers) > 0  # queues may be added
+                if works and not config.poll_only and driver.supports_listen_notify:
                     notifier = Notifier(driver)
                     await root.start(notifier.run, name="river notifier")
                 self._notifier = notifier
@@ -257,8 +343,12 @@ class ClientRun:
                     ).run
                 streams = []
                 with send:
-                    for name in config.queues:
-                        stream = send.clone()  # the producer closes it when it exits
+                    # Queues added while running clone this spare stream, closed with the rest.
+                    spare = send.clone()
+                    streams.append(spare)
+
+                    def new_producer(name: str, config: ClientConfig) -> Producer:
+                        stream = spare.clone()  # the producer closes it when it exits
                         streams.append(stream)
                         executor = JobExecutor(
                             config=config,
@@ -268,7 +358,7 @@ class ClientRun:
                             thread_limiter=thread_limiter,
                             process_runner=process_runner,
                         )
-                        self._producers[name] = Producer(
+                        return Producer(
                             queue=name,
                             config=config,
                             driver=driver,
@@ -278,20 +368,36 @@ class ClientRun:
                             events=self._events,
                             notifier=notifier,
                         )
+
+                    for name in config.queues:
+                        self._producers[name] = new_producer(name, config)
+                    if len(config.workers) > 0:
+                        self._new_producer = new_producer
                 if self._stop_requested.is_set():
                     self._request_stop()
                 root.start_soon(self._stopper, name="river stopper")
                 self.client._after_insert = self._trigger_queues
+                if notifier is None:
+                    self.client._local_control = self._control_locally
                 try:
                     async with anyio.create_task_group() as producers:
                         self._producers_scope = producers.cancel_scope
-                        for name, producer in self._producers.items():
-                            await producers.start(producer.run, name=f"river producer {name}")
+                        self._producers_tg = producers
+                        for name, producer in list(self._producers.items()):
+                            await producers.start(
+                                self._run_producer, producer, name=f"river producer {name}"
+                            )
                         self._started = True
+                        self.client.local_queues._host = self
                         if self._cancel_reason is not None:  # stop-and-cancel during start
                             producers.cancel_scope.cancel(self._cancel_reason)
                         task_status.started(self)
-                        logger.info("client %s started (%d queues)", config.id, len(config.queues))
+                        logger.info(
+                            "client %s started (%d queues)",
+                            config.id,
+                            len(config.queues),
+                            extra=client_extra("client_started", config.id),
+                        )
                         await self._stop_requested.wait()
                 finally:
                     # Every producer is done and has closed its completion stream; close those
@@ -314,11 +420,16 @@ class ClientRun:
             raise
         finally:
             self.client._after_insert = None
+            self.client._local_control = None
+            self.client.local_queues._host = None
+            self._producers_tg = None
             if self._notifier is not None:
                 self._notifier.close()
             self._events.close()
             self._stopped.set()
-            logger.info("client %s stopped", config.id)
+            logger.info(
+                "client %s stopped", config.id, extra=client_extra("client_stopped", config.id)
+            )
 
 
 def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
@@ -425,9 +536,9 @@ async def run_client(
 ) -> None:
     """Run a client until it is stopped, in a task group the caller brings::
 
-    run = await tg.start(functools.partial(river_anyio.run_client, url, queues=..., workers=...))
-    ...
-    run.stop()
+        run = await tg.start(functools.partial(river_anyio.run_client, url, queues=..., workers=...))
+        ...
+        run.stop()
 
     (``TaskGroup.start`` passes no keyword arguments, hence ``functools.partial``.) Cancelling
     the caller's scope is a hard stop: running jobs are interrupted and written back.

@@ -111,6 +111,43 @@ class Notification:
     payload: str
 
 
+# --- client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate) ---
+
+
+#: The columns a job list may be ordered by (besides ``id``, which always breaks ties).
+ListOrderField = Literal["id", "scheduled_at", "attempted_at", "finalized_at", "created_at"]
+
+
+@attrs.frozen(kw_only=True)
+class JobListQuery:
+    """Filters, order and cursor of a job list (River's ``dblist.JobListParams``), validated.
+
+    ``None`` filters match everything; every given filter must match. ``tags_all``/``tags_any``:
+    the row's tags contain all/any of these. ``metadata``: JSON containment (``@>``; encoded
+    JSON; PostgreSQL only). Rows are ordered by ``order_by`` (then ``id``), ascending unless
+    ``descending``; ascending puts NULL times last, descending first, on both backends.
+
+    The cursor resumes after the row (``after_id``, ``after_time``) as River's does: with no
+    ``after_time`` and a column that cannot be NULL only the id is compared; with no
+    ``after_time`` and a nullable column (``time_nullable``) the cursor row had a NULL time.
+    """
+
+    ids: tuple[int, ...] | None = None
+    kinds: tuple[str, ...] | None = None
+    priorities: tuple[int, ...] | None = None
+    queues: tuple[str, ...] | None = None
+    states: tuple[JobState, ...] | None = None
+    tags_all: tuple[str, ...] | None = None
+    tags_any: tuple[str, ...] | None = None
+    metadata: bytes | None = None
+    order_by: ListOrderField = "id"
+    descending: bool = False
+    after_id: int | None = None
+    after_time: dt.datetime | None = None
+    time_nullable: bool = False
+    limit: int = 100
+
+
 class Executor(Protocol):
     """River's operations on one connection (see the module docstring)."""
 
@@ -242,6 +279,51 @@ class Executor(Protocol):
         ...
 
     async def column_exists(self, table: str, column: str) -> bool: ...
+
+    # --- observability -------------------------------------------------------------------
+
+    async def job_count_by_queue_and_state(
+        self, *, states: Sequence[JobState]
+    ) -> list[tuple[str, JobState, int]]:
+        """How many jobs each queue has in each of ``states``: ``(queue, state, count)``
+        for every pair with at least one job, ordered by queue and state."""
+        ...
+
+    # --- client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate) ---
+    async def job_list_query(self, query: JobListQuery) -> list[JobRow]:
+        """River's JobList: the rows matching ``query``, in its order, at most ``limit``.
+
+        A ``metadata`` filter on SQLite raises :class:`~river_anyio.ValidationError`.
+        """
+        ...
+
+    async def job_retry(self, job_id: int) -> JobRow | None:
+        """River's JobRetry: unless the job is running, or available and already due, make it
+        ``available`` now (``finalized_at`` cleared, ``cancel_attempted_at`` dropped, one more
+        attempt allowed when all are used up). Returns the row after it; None if missing."""
+        ...
+
+    async def job_delete(self, job_id: int) -> JobRow | None:
+        """River's JobDelete: delete the job unless it is running, and return it. A running
+        job is returned as it is, undeleted (the caller raises); a missing one gives None."""
+        ...
+
+    async def job_delete_many(self, query: JobListQuery) -> list[JobRow]:
+        """River's JobDeleteMany: delete up to ``query.limit`` matching jobs, lowest ids first,
+        never running ones (nor, on PostgreSQL, rows other transactions hold locked); returns
+        the deleted rows ordered by id. Order and cursor fields of ``query`` are ignored."""
+        ...
+
+    async def job_update_metadata(self, job_id: int, metadata_updates: bytes) -> JobRow | None:
+        """River's JobUpdate: merge an encoded JSON object into the job's metadata (top-level
+        keys replaced, as completions merge). Returns the row after it; None if missing."""
+        ...
+
+    async def queue_update(self, name: str, *, metadata: bytes | None = None) -> QueueRow | None:
+        """River's QueueUpdate: replace the queue's metadata when given, and bump
+        ``updated_at``. Sends no notification (the caller does, in the same transaction).
+        Returns the row after it; None if there is no such queue."""
+        ...
 
 
 class Listener(Protocol):

@@ -27,12 +27,12 @@ def test_public_objects_claim_the_package_as_their_module() -> None:
 def test_implementation_modules_are_private() -> None:
     pkg_path = Path(river_anyio.__file__).parent
     for info in pkgutil.iter_modules([str(pkg_path)]):
-        public_packages = {"drivers", "migrate"}
+        public_packages = {"drivers", "migrate", "testing", "contrib", "pytest_plugin"}
         assert info.name.startswith("_") or info.name in public_packages, info.name
 
 
 def test_subpackages_export_tuples() -> None:
-    for name in ("river_anyio.drivers", "river_anyio.migrate"):
+    for name in ("river_anyio.drivers", "river_anyio.migrate", "river_anyio.testing"):
         mod = importlib.import_module(name)
         assert isinstance(mod.__all__, tuple)
         for attr in mod.__all__:
@@ -41,3 +41,10 @@ def test_subpackages_export_tuples() -> None:
 
 def test_package_is_typed() -> None:
     assert (Path(river_anyio.__file__).parent / "py.typed").is_file()
+
+
+def test_testing_objects_claim_their_public_module() -> None:
+    import river_anyio.testing as testing
+
+    for name in testing.__all__:
+        assert getattr(testing, name).__module__ == "river_anyio.testing", name

@@ -282,3 +282,36 @@ async def test_timestamps_written_by_river_go_on_sqlite_are_read(sqlite_url: str
     assert job.finalized_at == dt.datetime(2026, 3, 4, 5, 6, 8, 500000, tzinfo=UTC)
     assert job.scheduled_at == dt.datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     assert job.created_at == dt.datetime(2026, 3, 4, 5, 6, 6, 999999, tzinfo=UTC)
+
+
+# --- observability ------------------------------------------------------------------------------
+
+
+async def test_job_count_by_queue_and_state(database_url: str) -> None:
+    async with open_driver(database_url) as driver:
+        ex = driver.executor()
+        assert await ex.job_count_by_queue_and_state(states=list(S)) == []
+        async with driver.transaction() as tx:
+            await tx.job_insert_fast_many(
+                [
+                    params(1),
+                    params(2),
+                    params(3, state=S.SCHEDULED, scheduled_at=dt.datetime(2040, 1, 1, tzinfo=UTC)),
+                    params(4, queue="other", state=S.RETRYABLE),
+                    params(5, queue="other", state=S.RETRYABLE),
+                    params(6, queue="other", state=S.PENDING),
+                ]
+            )
+        counts = await ex.job_count_by_queue_and_state(states=list(S))
+        assert counts == [
+            ("default", S.AVAILABLE, 2),
+            ("default", S.SCHEDULED, 1),
+            ("other", S.PENDING, 1),
+            ("other", S.RETRYABLE, 2),
+        ]
+        assert all(isinstance(state, river.JobState) for _, state, _ in counts)
+        assert await ex.job_count_by_queue_and_state(states=[S.AVAILABLE, S.RETRYABLE]) == [
+            ("default", S.AVAILABLE, 2),
+            ("other", S.RETRYABLE, 2),
+        ]
+        assert await ex.job_count_by_queue_and_state(states=[]) == []

@@ -928,7 +928,7 @@ async def test_process_worker_cancelled_by_sigterm_or_killed_when_stuck(
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)  # gone, and reaped
     killed = [r for r in caplog.records if getattr(r, "river_event", "") == "job_stuck_killed"]
-    assert [getattr(r, "job_id", None) for r in killed] == [stubborn.id]
+    assert [getattr(r, "river_job_id", None) for r in killed] == [stubborn.id]
 
 
 # --- events -----------------------------------------------------------------------------------

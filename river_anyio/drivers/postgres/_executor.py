@@ -14,10 +14,26 @@ from psycopg.types.numeric import Int8
 from ..._errors import DatabaseError, ValidationError
 from ..._job import AttemptError, JobRow, JobState
 from ..._timeutil import format_rfc3339nano, parse_rfc3339
-from .._protocol import CompletionResult, InsertedJob, JobCompletion, JobInsertParams, QueueRow
+from .._protocol import (
+    CompletionResult,
+    InsertedJob,
+    JobCompletion,
+    JobInsertParams,
+    JobListQuery,
+    QueueRow,
+)
 from ._connection import AnyioConnection
 from ._errors import is_cached_plan_error, map_errors
-from ._queries import INSERT_COLUMNS, Queries
+from ._queries import (
+    INSERT_COLUMNS,
+    Queries,
+    api_job_delete,
+    api_job_delete_many,
+    api_job_retry,
+    api_job_update_metadata,
+    api_queue_update,
+    quote_ident,
+)
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -631,3 +647,136 @@ class PostgresExecutor:
             return bool(row and row[0])
 
         return await self._run(op)
+
+    # --- observability ----------------------------------------------------------------------
+
+    async def job_count_by_queue_and_state(
+        self, *, states: Sequence[JobState]
+    ) -> list[tuple[str, JobState, int]]:
+        if not states:
+            return []
+        # The state filter lets River's fetching index (state, queue, ...) serve the count.
+        query = (
+            f"SELECT queue, state::text, count(*) FROM {self._q.prefix}river_job"
+            f" WHERE state = ANY(%s::{self._q.prefix}river_job_state[])"
+            " GROUP BY queue, state ORDER BY queue, state::text"
+        )
+        values = ([str(s) for s in states],)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            cur = await conn.execute(query, values)
+            return await cur.fetchall()
+
+        return [(q, JobState(st), int(n)) for q, st, n in await self._run(op)]
+
+    # --- client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate) ---
+
+    async def _fetch_jobs(self, query: str, values: Sequence[Any]) -> list[JobRow]:
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            cur = await conn.execute(query, values)
+            return await cur.fetchall()
+
+        return [row_to_job(row) for row in await self._run(op)]
+
+    async def _fetch_job(self, query: str, values: Sequence[Any]) -> JobRow | None:
+        rows = await self._fetch_jobs(query, values)
+        return rows[0] if rows else None
+
+    async def job_list_query(self, query: JobListQuery) -> list[JobRow]:
+        where, args = _list_where(query, self._q.state_cast())
+        order = "DESC" if query.descending else "ASC"
+        if query.order_by != "id":
+            column = quote_ident(query.order_by)
+            where.extend(_cursor_predicate(query, column, args))
+            order_by = f"{column} {order}, id {order}"
+        else:
+            if query.after_id is not None:
+                where.append(f"id {'<' if query.descending else '>'} %s")
+                args.append(Int8(query.after_id))
+            order_by = f"id {order}"
+        sql_text = self._q.job_list_head
+        if where:
+            sql_text += " WHERE " + " AND ".join(where)
+        sql_text += f" ORDER BY {order_by} LIMIT %s"
+        args.append(Int8(query.limit))
+        return await self._fetch_jobs(sql_text, args)
+
+    async def job_retry(self, job_id: int) -> JobRow | None:
+        return await self._fetch_job(api_job_retry(self._q.prefix), (Int8(job_id),))
+
+    async def job_delete(self, job_id: int) -> JobRow | None:
+        return await self._fetch_job(api_job_delete(self._q.prefix), (Int8(job_id),))
+
+    async def job_delete_many(self, query: JobListQuery) -> list[JobRow]:
+        where, args = _list_where(query, self._q.state_cast())
+        sql_text = api_job_delete_many(self._q.prefix, " AND ".join(where) or "true")
+        return await self._fetch_jobs(sql_text, [*args, Int8(query.limit)])
+
+    async def job_update_metadata(self, job_id: int, metadata_updates: bytes) -> JobRow | None:
+        values = (metadata_updates.decode(), Int8(job_id))
+        return await self._fetch_job(api_job_update_metadata(self._q.prefix), values)
+
+    async def queue_update(self, name: str, *, metadata: bytes | None = None) -> QueueRow | None:
+        query = api_queue_update(self._q.prefix)
+        values = (metadata.decode() if metadata is not None else None, name)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> Any:
+            cur = await conn.execute(query, values)
+            return await cur.fetchone()
+
+        row = await self._run(op)
+        return row_to_queue(row) if row is not None else None
+
+
+def _list_where(query: JobListQuery, state_type: str) -> tuple[list[str], list[Any]]:
+    """The filters of a job list as SQL conditions and their parameters (in order)."""
+    where: list[str] = []
+    args: list[Any] = []
+    if query.ids is not None:
+        where.append("id = ANY(%s::bigint[])")
+        args.append(list(query.ids))
+    if query.kinds is not None:
+        where.append("kind = ANY(%s::text[])")
+        args.append(list(query.kinds))
+    if query.priorities is not None:
+        where.append("priority = ANY(%s::smallint[])")
+        args.append(list(query.priorities))
+    if query.queues is not None:
+        where.append("queue = ANY(%s::text[])")
+        args.append(list(query.queues))
+    if query.states is not None:
+        where.append(f"state = ANY(%s::text[]::{state_type}[])")
+        args.append([JobState(s).value for s in query.states])
+    if query.tags_all is not None:
+        where.append("tags @> %s::varchar[]")
+        args.append(list(query.tags_all))
+    if query.tags_any is not None:
+        where.append("tags && %s::varchar[]")
+        args.append(list(query.tags_any))
+    if query.metadata is not None:
+        where.append("metadata @> %s::jsonb")
+        args.append(query.metadata.decode())
+    return where, args
+
+
+def _cursor_predicate(query: JobListQuery, column: str, args: list[Any]) -> list[str]:
+    """River's keyset condition for resuming after the cursor row, ordered by ``column`` then
+    id (PostgreSQL puts NULLs last ascending, first descending)."""
+    if query.after_id is None:
+        return []
+    after = Int8(query.after_id)
+    desc = query.descending
+    if query.after_time is None and not query.time_nullable:
+        args.append(after)
+        return [f"id {'<' if desc else '>'} %s"]
+    if query.after_time is None:  # the cursor row's time was NULL
+        args.append(after)
+        if desc:
+            return [f"({column} IS NOT NULL OR id < %s)"]
+        return [f"({column} IS NULL AND id > %s)"]
+    _require_aware(query.after_time, "after_time")
+    args.extend([query.after_time, query.after_time, after])
+    if desc:
+        return [f"({column} < %s OR ({column} = %s AND id < %s))"]
+    or_null = f" OR {column} IS NULL" if query.time_nullable else ""
+    return [f"({column} > %s OR ({column} = %s AND id > %s){or_null})"]

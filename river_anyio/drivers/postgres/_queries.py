@@ -7,6 +7,8 @@ explicit: a prepared ``SELECT *`` breaks when another connection alters the tabl
 
 from __future__ import annotations
 
+import functools
+
 import attrs
 from psycopg import sql
 
@@ -379,3 +381,102 @@ SELECT m.n, (
     WHERE m.n > 0 OR %s::text = '*'
 )
 FROM matched AS m"""
+
+
+# ---------------------------------------------------------------------------------------------
+# client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate). Built
+# per call from the schema prefix and cached: these are not on the runtime's hot path.
+
+
+@functools.cache
+def api_job_retry(p: str) -> str:
+    """Parameter: the id. The row is locked first; a running job, or an available one already
+    due, is read back unchanged (the CTE's snapshot predates the update)."""
+    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
+    return f"""
+WITH target AS (
+    SELECT id FROM {p}river_job WHERE id = %s FOR UPDATE
+), retried AS (
+    UPDATE {p}river_job AS j
+    SET state = 'available',
+        max_attempts = CASE
+            WHEN j.attempt = j.max_attempts THEN j.max_attempts + 1 ELSE j.max_attempts
+        END,
+        finalized_at = NULL,
+        metadata = j.metadata - 'cancel_attempted_at',
+        scheduled_at = now()
+    FROM target AS t
+    WHERE j.id = t.id
+        AND j.state <> 'running'
+        AND NOT (j.state = 'available' AND j.scheduled_at < now())
+    RETURNING {jcols}
+)
+SELECT * FROM retried
+UNION ALL
+SELECT {jcols}
+FROM {p}river_job AS j
+JOIN target AS t ON t.id = j.id
+WHERE NOT EXISTS (SELECT 1 FROM retried)"""
+
+
+@functools.cache
+def api_job_delete(p: str) -> str:
+    """Parameter: the id. A running row is returned undeleted."""
+    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
+    return f"""
+WITH target AS (
+    SELECT id, state = 'running' AS running FROM {p}river_job WHERE id = %s FOR UPDATE
+), deleted AS (
+    DELETE FROM {p}river_job AS j
+    USING target AS t
+    WHERE j.id = t.id AND NOT t.running
+    RETURNING {jcols}
+)
+SELECT * FROM deleted
+UNION ALL
+SELECT {jcols}
+FROM {p}river_job AS j
+JOIN target AS t ON t.id = j.id
+WHERE t.running"""
+
+
+@functools.cache
+def api_job_delete_many(p: str, where: str) -> str:
+    """``where`` is the filter text of :func:`api_list_where` (its parameters come first),
+    then the limit."""
+    return f"""
+WITH picked AS (
+    SELECT id
+    FROM {p}river_job
+    WHERE {where} AND state <> 'running'
+    ORDER BY id
+    LIMIT %s
+    FOR UPDATE SKIP LOCKED
+), deleted AS (
+    DELETE FROM {p}river_job AS j
+    USING picked
+    WHERE j.id = picked.id
+    RETURNING {", ".join("j." + c for c in JOB_COLUMNS)}
+)
+SELECT * FROM deleted ORDER BY id"""
+
+
+@functools.cache
+def api_job_update_metadata(p: str) -> str:
+    """Parameters: the encoded metadata updates, the id."""
+    return f"""
+UPDATE {p}river_job
+SET metadata = metadata || %s::jsonb
+WHERE id = %s
+RETURNING {_job_select()}"""
+
+
+@functools.cache
+def api_queue_update(p: str) -> str:
+    """Parameters: the new metadata (NULL keeps it), the name."""
+    return f"""
+UPDATE {p}river_queue
+SET metadata = coalesce(%s::jsonb, metadata),
+    updated_at = now()
+WHERE name = %s::text
+RETURNING {", ".join(QUEUE_COLUMNS)}"""

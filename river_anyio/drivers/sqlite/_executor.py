@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import apsw
 
+from ..._errors import ValidationError
 from ..._job import AttemptError, JobRow, JobState
 from ..._timeutil import (
     format_rfc3339nano,
@@ -29,9 +30,18 @@ from .._protocol import (
     InsertedJob,
     JobCompletion,
     JobInsertParams,
+    JobListQuery,
     QueueRow,
 )
 from ._connection import write_unit
+from ._queries import (
+    api_job_delete,
+    api_job_delete_many,
+    api_job_retry,
+    api_job_update_metadata,
+    api_queue_update,
+    sortable_time,
+)
 
 if TYPE_CHECKING:
     from ._connection import ConnectionThread, Session
@@ -692,3 +702,149 @@ class SQLiteExecutor:
         sql = self._q.column_exists
         schema = self._q.schema or "main"
         return await self._read(lambda c: _op_count(c, sql, (table, schema, column))) > 0
+
+    # ---- observability ------------------------------------------------------------------------
+
+    async def job_count_by_queue_and_state(
+        self, *, states: Sequence[JobState]
+    ) -> list[tuple[str, JobState, int]]:
+        if not states:
+            return []
+        marks = ", ".join("?" for _ in states)
+        sql = (
+            f"SELECT queue, state, count(*) FROM {self._q.prefix}river_job"
+            f" WHERE state IN ({marks}) GROUP BY queue, state ORDER BY queue, state"
+        )
+        bound = tuple(str(s) for s in states)
+        rows = await self._read(lambda c: _op_fetch_all(c, sql, bound))
+        return [(q, JobState(st), int(n)) for q, st, n in rows]
+
+    # ---- client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate)
+
+    async def job_list_query(self, query: JobListQuery) -> list[JobRow]:
+        """River's JobList; a ``metadata`` containment filter is PostgreSQL only."""
+        where, args = _list_where(query)
+        desc = query.descending
+        order = "DESC" if desc else "ASC"
+        if query.order_by != "id":
+            column = sortable_time(query.order_by)
+            where.extend(_cursor_predicate(query, column, args))
+            # PostgreSQL's NULL placement, which the cursor conditions assume
+            order_by = f"{column} {order} NULLS {'FIRST' if desc else 'LAST'}, id {order}"
+        else:
+            if query.after_id is not None:
+                where.append(f"id {'<' if desc else '>'} ?")
+                args.append(int(query.after_id))
+            order_by = f"id {order}"
+        sql = self._q.job_list_select
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        sql += f" ORDER BY {order_by} LIMIT ?"
+        bound = (*args, int(query.limit))
+        return await self._read(lambda c: job_rows(c.execute(sql, bound).fetchall()))
+
+    async def job_retry(self, job_id: int) -> JobRow | None:
+        sql = api_job_retry(self._q.prefix)
+        get = self._q.job_get_by_id
+        return await self._write(lambda c: _op_update_or_get(c, sql, (int(job_id), _now()), get))
+
+    async def job_delete(self, job_id: int) -> JobRow | None:
+        sql = api_job_delete(self._q.prefix)
+        get = self._q.job_get_by_id
+        return await self._write(lambda c: _op_update_or_get(c, sql, (int(job_id),), get))
+
+    async def job_delete_many(self, query: JobListQuery) -> list[JobRow]:
+        where, args = _list_where(query)
+        sql = api_job_delete_many(self._q.prefix, " AND ".join(where) or "true")
+        bound = (*args, int(query.limit))
+
+        def op(c: apsw.Connection) -> list[JobRow]:
+            rows = job_rows(c.execute(sql, bound).fetchall())
+            return sorted(rows, key=lambda r: r.id)
+
+        return await self._write(op)
+
+    async def job_update_metadata(self, job_id: int, metadata_updates: bytes) -> JobRow | None:
+        sql = api_job_update_metadata(self._q.prefix)
+        bound = (int(job_id), metadata_updates.decode())
+
+        def op(c: apsw.Connection) -> JobRow | None:
+            rows = job_rows(c.execute(sql, bound).fetchall())
+            return rows[0] if rows else None
+
+        return await self._write(op)
+
+    async def queue_update(self, name: str, *, metadata: bytes | None = None) -> QueueRow | None:
+        sql = api_queue_update(self._q.prefix)
+        text = metadata.decode() if metadata is not None else None
+
+        def op(c: apsw.Connection) -> QueueRow | None:
+            rows = queue_rows(c.execute(sql, (name, text, _now())).fetchall())
+            return rows[0] if rows else None
+
+        return await self._write(op)
+
+
+def _op_update_or_get(
+    conn: apsw.Connection, sql: str, args: tuple[Any, ...], get: str
+) -> JobRow | None:
+    """The row a single-job statement returned, or (when it matched nothing) the row as it
+    is, or None when there is none."""
+    rows = conn.execute(sql, args).fetchall() or conn.execute(get, (args[0],)).fetchall()
+    return job_rows(rows)[0] if rows else None
+
+
+def _list_where(query: JobListQuery) -> tuple[list[str], list[Any]]:
+    """The filters of a job list as SQL conditions and their ``?`` parameters (in order)."""
+    if query.metadata is not None:
+        raise ValidationError(
+            "metadata", "JSON containment filters are supported on PostgreSQL only, not SQLite"
+        )
+    where: list[str] = []
+    args: list[Any] = []
+    for column, values in (
+        ("id", query.ids),
+        ("kind", query.kinds),
+        ("priority", query.priorities),
+        ("queue", query.queues),
+        ("state", None if query.states is None else [JobState(s).value for s in query.states]),
+    ):
+        if values is not None:
+            where.append(f"{column} IN (SELECT value FROM json_each(?))")
+            args.append(json.dumps(list(values)))
+    if query.tags_all is not None:
+        where.append(
+            "NOT EXISTS (SELECT 1 FROM json_each(?) AS want WHERE NOT EXISTS "
+            "(SELECT 1 FROM json_each(tags) AS have WHERE have.value = want.value))"
+        )
+        args.append(json.dumps(list(query.tags_all)))
+    if query.tags_any is not None:
+        where.append(
+            "EXISTS (SELECT 1 FROM json_each(tags) AS have "
+            "JOIN json_each(?) AS want ON have.value = want.value)"
+        )
+        args.append(json.dumps(list(query.tags_any)))
+    return where, args
+
+
+def _cursor_predicate(query: JobListQuery, column: str, args: list[Any]) -> list[str]:
+    """River's keyset condition for resuming after the cursor row (see the PostgreSQL
+    driver); ``column`` is the padded time expression."""
+    if query.after_id is None:
+        return []
+    after = int(query.after_id)
+    desc = query.descending
+    if query.after_time is None and not query.time_nullable:
+        args.append(after)
+        return [f"id {'<' if desc else '>'} ?"]
+    if query.after_time is None:
+        args.append(after)
+        if desc:
+            return [f"(({column}) IS NOT NULL OR id < ?)"]
+        return [f"(({column}) IS NULL AND id > ?)"]
+    at = format_sqlite_timestamp(query.after_time)
+    args.extend([at, at, after])
+    if desc:
+        return [f"(({column}) < ? OR (({column}) = ? AND id < ?))"]
+    or_null = f" OR ({column}) IS NULL" if query.time_nullable else ""
+    return [f"(({column}) > ? OR (({column}) = ? AND id > ?){or_null})"]

@@ -6,6 +6,7 @@ write them through ``jsonb()``), ``unique_states`` is an integer bitmask and tim
 
 from __future__ import annotations
 
+import functools
 from typing import Final
 
 import attrs
@@ -300,3 +301,79 @@ SET paused_at = NULL,
     updated_at = CASE WHEN paused_at IS NULL THEN updated_at ELSE ?2 END
 WHERE ?1 = '*' OR name = ?1""",
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate). Built
+# per call from the schema prefix and cached: these are not on the runtime's hot path.
+
+
+def sortable_time(column: str) -> str:
+    """``column`` (timestamp text) padded to ``YYYY-MM-DD HH:MM:SS.ffffff``, so texts written
+    with fewer fractional digits (SQLite's own ``subsec`` milliseconds) compare and sort as
+    the instants they are against the microsecond texts this driver writes."""
+    return (
+        f"CASE WHEN length({column}) = 19 THEN {column} || '.000000' "
+        f"ELSE substr({column} || '000000', 1, 26) END"
+    )
+
+
+@functools.cache
+def api_job_retry(prefix: str) -> str:
+    """?1 the id, ?2 now. Matches nothing for a running job or an available one already due."""
+    return f"""
+UPDATE {prefix}river_job
+SET state = 'available',
+    max_attempts = CASE WHEN attempt = max_attempts THEN max_attempts + 1 ELSE max_attempts END,
+    finalized_at = NULL,
+    metadata = jsonb_remove(metadata, '$.cancel_attempted_at'),
+    scheduled_at = ?2
+WHERE id = ?1
+    AND state <> 'running'
+    AND NOT (state = 'available' AND {sortable_time("scheduled_at")} < ?2)
+RETURNING {JOB_COLUMNS}"""
+
+
+@functools.cache
+def api_job_delete(prefix: str) -> str:
+    """?1 the id. Matches nothing for a running job."""
+    return f"""
+DELETE FROM {prefix}river_job
+WHERE id = ?1 AND state <> 'running'
+RETURNING {JOB_COLUMNS}"""
+
+
+@functools.cache
+def api_job_delete_many(prefix: str, where: str) -> str:
+    """``where`` takes the first parameters; the limit follows."""
+    return f"""
+DELETE FROM {prefix}river_job
+WHERE id IN (
+    SELECT id
+    FROM {prefix}river_job
+    WHERE {where} AND state <> 'running'
+    ORDER BY id
+    LIMIT ?
+)
+RETURNING {JOB_COLUMNS}"""
+
+
+@functools.cache
+def api_job_update_metadata(prefix: str) -> str:
+    """?1 the id, ?2 the updates (JSON text), merged as completions merge."""
+    return f"""
+UPDATE {prefix}river_job
+SET metadata = {METADATA_MERGE.format(doc="metadata", patch="?2")}
+WHERE id = ?1
+RETURNING {JOB_COLUMNS}"""
+
+
+@functools.cache
+def api_queue_update(prefix: str) -> str:
+    """?1 the name, ?2 the new metadata (NULL keeps it), ?3 now."""
+    return f"""
+UPDATE {prefix}river_queue
+SET metadata = CASE WHEN ?2 IS NULL THEN metadata ELSE jsonb(?2) END,
+    updated_at = ?3
+WHERE name = ?1
+RETURNING {QUEUE_COLUMNS}"""

@@ -1,0 +1,148 @@
+"""A river_anyio client for the lifetime of a Starlette app (``river_anyio[starlette]``).
+
+::
+
+    river = river_lifespan("postgresql://...", queues={...}, workers=workers)
+    app = Starlette(routes=routes, lifespan=river)
+
+    async def signup(request):
+        run = request.state.river          # the ClientRun (also app.state.river)
+        await run.client.insert(SendWelcome(to=...))
+
+The client opens when the app starts (a start-up failure fails the app's start) and is
+stopped gracefully, bounded by ``soft_stop_timeout``, when the server shuts the app down.
+An existing lifespan is passed as ``lifespan=`` and runs inside the client's, so it can
+use the client; its state is merged with ours.
+
+A client that crashes (:class:`~river_anyio.ClientCrashedError`) is logged and raised out of
+the lifespan, never swallowed. Servers that stop when a lifespan fails (Hypercorn's trio
+worker) then exit with the error. Others only report a lifespan failure when they shut down
+(Hypercorn's asyncio worker): give them :meth:`RiverLifespan.shutdown_trigger`, which raises
+the crash into the server so that it stops instead of serving with a dead client::
+
+    await hypercorn.asyncio.serve(app, config, shutdown_trigger=river.shutdown_trigger(stop.wait))
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any
+
+import anyio
+
+from .._errors import ConfigError
+from .._runtime._supervisor import ClientCrashedError, ClientRun, _config_from, open_client
+from ..drivers import Driver
+
+__all__ = ["RiverLifespan", "river_lifespan"]
+
+logger = logging.getLogger("river_anyio.client")
+
+Lifespan = Callable[[Any], AbstractAsyncContextManager[Mapping[str, Any] | None]]
+
+
+class RiverLifespan:
+    """A Starlette ``lifespan``: runs the client while the app runs (see the module docs)."""
+
+    def __init__(
+        self,
+        database: str | Driver,
+        *,
+        lifespan: Lifespan | None = None,
+        state_key: str = "river",
+        **options: Any,
+    ) -> None:
+        _config_from(database, options)  # bad options fail here, not when the app starts
+        if lifespan is not None and not callable(lifespan):
+            raise ConfigError("lifespan", "must be a lifespan callable: lifespan(app)", lifespan)
+        if not isinstance(state_key, str) or not state_key.isidentifier():
+            raise ConfigError("state_key", "must be a Python identifier", state_key)
+        self._database = database
+        self._options = options
+        self._inner = lifespan
+        self._key = state_key
+        #: The running client while the app runs, else None.
+        self.run: ClientRun | None = None
+        #: The crash of the last run, if it crashed.
+        self.crash: ClientCrashedError | None = None
+        self._waiters: set[anyio.Event] = set()
+
+    def __call__(self, app: Any) -> AbstractAsyncContextManager[dict[str, Any]]:
+        return self._lifespan(app)
+
+    @contextlib.asynccontextmanager
+    async def _lifespan(self, app: Any) -> AsyncIterator[dict[str, Any]]:
+        if self.run is not None:
+            raise RuntimeError("this RiverLifespan is already running an app")
+        self.crash = None
+        try:
+            async with open_client(self._database, **self._options) as run:
+                self.run = run
+                app_state = getattr(app, "state", None)
+                if app_state is not None:
+                    setattr(app_state, self._key, run)
+                try:
+                    if self._inner is None:
+                        yield {self._key: run}
+                    else:
+                        async with self._inner(app) as inner:
+                            yield {**(inner or {}), self._key: run}
+                finally:
+                    self.run = None
+                    if app_state is not None:
+                        with contextlib.suppress(AttributeError):
+                            delattr(app_state, self._key)
+        except ClientCrashedError as exc:
+            logger.error(
+                "river_anyio client crashed; ending the app's lifespan with the error: %s",
+                exc,
+                extra={"river_event": "client_crashed"},
+            )
+            self.crash = exc
+            for event in self._waiters:
+                event.set()
+            raise
+
+    def shutdown_trigger(
+        self, trigger: Callable[[], Awaitable[object]] | None = None
+    ) -> Callable[[], Awaitable[None]]:
+        """A server ``shutdown_trigger`` (Hypercorn's ``serve``): returns when ``trigger``
+        returns (never, without one), and raises :class:`~river_anyio.ClientCrashedError` as
+        soon as the client crashes, so that the server stops with the error."""
+
+        async def wait() -> None:
+            event = anyio.Event()
+            self._waiters.add(event)
+            try:
+                async with anyio.create_task_group() as tg:
+                    if trigger is not None:
+
+                        async def until_triggered() -> None:
+                            await trigger()
+                            tg.cancel_scope.cancel("shutdown triggered")
+
+                        tg.start_soon(until_triggered)
+                    if self.crash is None:
+                        await event.wait()
+                    tg.cancel_scope.cancel("river_anyio client crashed")
+            finally:
+                self._waiters.discard(event)
+            if self.crash is not None:
+                raise ClientCrashedError(str(self.crash)) from self.crash
+
+        return wait
+
+
+def river_lifespan(
+    database: str | Driver,
+    *,
+    lifespan: Lifespan | None = None,
+    state_key: str = "river",
+    **options: Any,
+) -> RiverLifespan:
+    """A Starlette lifespan running an ``open_client(database, **options)`` client while the
+    app runs, as ``request.state.<state_key>`` and ``app.state.<state_key>``."""
+    return RiverLifespan(database, lifespan=lifespan, state_key=state_key, **options)

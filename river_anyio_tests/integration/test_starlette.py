@@ -1,0 +1,307 @@
+"""river_anyio.contrib.starlette end to end: Hypercorn serving a Starlette app in-process,
+under its trio worker and its asyncio worker, on PostgreSQL and SQLite; a real HTTP request
+inserts a job that a worker runs; shutting the server down stops the client gracefully; a
+crashing client stops the server with the error."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ClassVar
+
+import anyio
+import attrs
+import pytest
+from hypercorn.config import Config
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+import river_anyio as river
+from river_anyio._runtime._producer import Producer
+from river_anyio.contrib.starlette import RiverLifespan, river_lifespan
+from river_anyio.drivers import open_driver
+
+pytestmark = pytest.mark.anyio
+
+SOON = 20.0
+
+
+@attrs.frozen
+class Welcome:
+    kind: ClassVar[str] = "welcome"
+    email: str
+
+
+async def signup(request: Request) -> JSONResponse:
+    payload = await request.json()
+    run: river.ClientRun = request.state.river
+    result = await run.client.insert(Welcome(email=payload["email"]))
+    return JSONResponse({"id": result.job.id, "greeting": request.state.greeting}, status_code=201)
+
+
+def make_app(lifespan: RiverLifespan) -> Starlette:
+    return Starlette(routes=[Route("/signup", signup, methods=["POST"])], lifespan=lifespan)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+async def serve(
+    backend: str, app: Starlette, port: int, trigger: Callable[[], Awaitable[Any]]
+) -> None:
+    """Hypercorn's worker for the backend, serving ``app`` until ``trigger`` returns."""
+    config = Config()
+    config.bind = [f"127.0.0.1:{port}"]
+    config.graceful_timeout = 10
+    config.accesslog = None
+    if backend == "trio":
+        from hypercorn.trio import serve as trio_serve
+
+        await trio_serve(app, config, shutdown_trigger=trigger)
+    else:
+        from hypercorn.asyncio import serve as asyncio_serve
+
+        await asyncio_serve(app, config, shutdown_trigger=trigger)
+
+
+async def wait_listening(port: int) -> None:
+    """Wait for the server to accept connections (it listens once the lifespan started)."""
+    with anyio.fail_after(SOON):
+        while True:
+            try:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+            except OSError:
+                await anyio.sleep(0.01)
+                continue
+            await stream.aclose()
+            return
+
+
+async def post_json(port: int, path: str, payload: object) -> tuple[int, Any]:
+    """A plain HTTP/1.1 request over a socket; returns the status and the decoded body."""
+    body = json.dumps(payload).encode()
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode()
+    chunks = []
+    with anyio.fail_after(SOON):
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(head + body)
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    chunks.append(await stream.receive())
+    response = b"".join(chunks)
+    status_line, _, rest = response.partition(b"\r\n")
+    _, _, content = rest.partition(b"\r\n\r\n")
+    return int(status_line.split()[1]), json.loads(content) if content else None
+
+
+async def wait_until(predicate: Callable[[], bool]) -> None:
+    with anyio.fail_after(SOON):
+        while not predicate():  # noqa: ASYNC110 - ClientRun.stopping has no event
+            await anyio.sleep(0.01)
+
+
+def flatten(exc: BaseException) -> list[BaseException]:
+    """Every exception in a tree of groups, causes and contexts."""
+    out: list[BaseException] = []
+    todo = [exc]
+    while todo:
+        e = todo.pop()
+        if e in out:
+            continue
+        out.append(e)
+        if isinstance(e, BaseExceptionGroup):
+            todo.extend(e.exceptions)
+        todo.extend(x for x in (e.__cause__, e.__context__) if x is not None)
+    return out
+
+
+async def test_a_request_inserts_a_job_that_is_worked_and_shutdown_is_graceful(
+    database_url: str, anyio_backend: str
+) -> None:
+    started = anyio.Event()
+    release = anyio.Event()
+    worked: list[river.Job[Welcome]] = []
+
+    async def work(ctx: river.WorkContext, job: river.Job[Welcome]) -> None:
+        started.set()
+        await release.wait()  # still running when the server shuts down
+        worked.append(job)
+
+    workers = river.Workers()
+    workers.add(Welcome, work)
+    seen_in_inner: list[object] = []
+
+    @contextlib.asynccontextmanager
+    async def app_lifespan(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+        seen_in_inner.append(app.state.river)  # the client is open before the app's own
+        yield {"greeting": "hello"}
+
+    lifespan = river_lifespan(
+        database_url,
+        lifespan=app_lifespan,
+        queues={"default": river.QueueConfig(max_workers=2)},
+        workers=workers,
+        fetch_cooldown=0.01,
+        soft_stop_timeout=30,
+    )
+    app = make_app(lifespan)
+    port = free_port()
+    shutdown = anyio.Event()
+    with anyio.fail_after(SOON * 2):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve, anyio_backend, app, port, shutdown.wait)
+            await wait_listening(port)
+            run = lifespan.run
+            assert isinstance(run, river.ClientRun)
+            assert seen_in_inner == [run] and app.state.river is run
+
+            status, body = await post_json(port, "/signup", {"email": "a@example.com"})
+            assert status == 201, body
+            assert body["greeting"] == "hello"
+            await started.wait()
+
+            shutdown.set()  # the server stops; the client stops gracefully with it
+            await wait_until(lambda: run.stopping)
+            assert not worked  # the job is still running ...
+            release.set()  # ... and may finish: a graceful stop does not interrupt it
+    assert [j.id for j in worked] == [body["id"]]
+    assert worked[0].args == Welcome(email="a@example.com")
+    async with open_driver(database_url) as driver:
+        row = await driver.executor().job_get_by_id(body["id"])
+    assert row is not None
+    assert (row.state, row.attempt, row.errors) == (river.JobState.COMPLETED, 1, ())
+    assert lifespan.run is None and lifespan.crash is None
+    assert not hasattr(app.state, "river")
+
+
+def crash_on_second_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
+    original = Producer._fetch_once
+    calls = 0
+
+    async def fetch_once(self: Producer, jobs: Any) -> float:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RuntimeError("producer bug")
+        return await original(self, jobs)
+
+    monkeypatch.setattr(Producer, "_fetch_once", fetch_once)
+
+
+def noop_workers() -> river.Workers:
+    async def work(ctx: river.WorkContext, job: river.Job[Welcome]) -> None:
+        pass
+
+    workers = river.Workers()
+    workers.add(Welcome, work)
+    return workers
+
+
+@contextlib.asynccontextmanager
+async def greeting(app: Starlette) -> AsyncIterator[dict[str, Any]]:
+    yield {"greeting": "hello"}
+
+
+async def test_a_crashing_client_stops_the_server_with_the_error(
+    database_url: str,
+    anyio_backend: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """With ``shutdown_trigger`` (needed by Hypercorn's asyncio worker, which otherwise
+    reports a lifespan failure only at shutdown) the server stops by itself."""
+    crash_on_second_fetch(monkeypatch)
+    lifespan = river_lifespan(
+        database_url,
+        lifespan=greeting,
+        queues={"default": river.QueueConfig(max_workers=2)},
+        workers=noop_workers(),
+        fetch_cooldown=0.01,
+    )
+    port = free_port()
+    never = anyio.Event()
+    caplog.set_level(logging.ERROR, logger="river_anyio.client")
+    with anyio.fail_after(SOON * 2):
+        with pytest.raises(BaseException) as info:  # noqa: PT011 - checked below
+            async with anyio.create_task_group() as tg:
+
+                async def server() -> None:
+                    await serve(
+                        anyio_backend,
+                        make_app(lifespan),
+                        port,
+                        lifespan.shutdown_trigger(never.wait),
+                    )
+
+                tg.start_soon(server)
+                await wait_listening(port)
+                status, _ = await post_json(port, "/signup", {"email": "b@example.com"})
+                assert status == 201  # the insert wakes the producer, whose fetch crashes
+                await anyio.sleep_forever()  # the server must stop by itself
+    errors = flatten(info.value)
+    crashes = [e for e in errors if isinstance(e, river.ClientCrashedError)]
+    assert crashes, errors
+    assert any("RuntimeError: producer bug" in str(e) for e in crashes)
+    assert isinstance(lifespan.crash, river.ClientCrashedError)
+    assert lifespan.run is None
+    assert any("river_anyio client crashed" in r.getMessage() for r in caplog.records), (
+        caplog.records
+    )
+
+
+@pytest.mark.parametrize("anyio_backend", ["trio"])
+async def test_under_hypercorns_trio_worker_a_crash_ends_the_server_without_a_trigger(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+) -> None:
+    crash_on_second_fetch(monkeypatch)
+    lifespan = river_lifespan(
+        sqlite_url,
+        lifespan=greeting,
+        queues={"default": river.QueueConfig(max_workers=2)},
+        workers=noop_workers(),
+        fetch_cooldown=0.01,
+    )
+    port = free_port()
+    never = anyio.Event()
+    with anyio.fail_after(SOON * 2):
+        with pytest.raises(BaseException) as info:  # noqa: PT011 - checked below
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve, "trio", make_app(lifespan), port, never.wait)
+                await wait_listening(port)
+                status, _ = await post_json(port, "/signup", {"email": "c@example.com"})
+                assert status == 201
+                await anyio.sleep_forever()
+    # the lifespan failure carries the crash's traceback text
+    assert any("ClientCrashedError" in str(e) for e in flatten(info.value)), info.value
+
+
+async def test_a_start_up_failure_fails_the_apps_start(tmp_path: Any, anyio_backend: str) -> None:
+    missing = f"sqlite:///{tmp_path / 'not-migrated.sqlite3'}"
+    lifespan = river_lifespan(
+        missing, queues={"default": river.QueueConfig(max_workers=1)}, workers=noop_workers()
+    )
+    never = anyio.Event()
+    with anyio.fail_after(SOON):
+        with pytest.raises(BaseException) as info:  # noqa: PT011 - checked below
+            await serve(anyio_backend, make_app(lifespan), free_port(), never.wait)
+    assert any("no such table: river_" in str(e) for e in flatten(info.value)), info.value
+
+
+def test_options_are_checked_when_the_lifespan_is_built() -> None:
+    with pytest.raises(river.ConfigError, match="not_an_option"):
+        river_lifespan("sqlite:///x.db", not_an_option=1)
+    with pytest.raises(river.ConfigError, match="database_url"):
+        river_lifespan("mysql://x")
+    with pytest.raises(river.ConfigError, match="state_key"):
+        river_lifespan("sqlite:///x.db", state_key="not valid")
