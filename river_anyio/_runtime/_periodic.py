@@ -32,6 +32,7 @@ from .._errors import DatabaseError, ValidationError
 from .._events import Event, EventHub, EventKind
 from .._insert import build_insert_params
 from .._job import InsertOpts
+from .._logging import client_extra
 from .._periodic import PeriodicJob, PeriodicJobHandle, PeriodicJobs
 from ._clock import Clock, SystemClock, sleep_until
 from ._util import Backoff
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PeriodicEnqueuer", "local_zone"]
 
-logger = logging.getLogger("river_anyio.maintenance.periodic_job_enqueuer")
+logger = logging.getLogger("river_anyio.maintenance.periodic")
 
 SERVICE = "periodic_job_enqueuer"
 #: Jobs due within this margin of now are inserted in the same batch (River: 100 ms).
@@ -194,7 +195,7 @@ class PeriodicEnqueuer:
             logger.exception(
                 "periodic job %s: its schedule raised; no further runs this term",
                 job.id or "(no id)",
-                extra={"river_event": "periodic_schedule_failed", "periodic_job_id": job.id},
+                extra=client_extra("periodic_schedule_failed", self.client.id),
             )
             return None
         if nxt is not None and (
@@ -206,7 +207,7 @@ class PeriodicEnqueuer:
                 job.id or "(no id)",
                 nxt,
                 after,
-                extra={"river_event": "periodic_schedule_failed", "periodic_job_id": job.id},
+                extra=client_extra("periodic_schedule_failed", self.client.id),
             )
             return None
         return nxt
@@ -215,7 +216,7 @@ class PeriodicEnqueuer:
 
     def _build(self, job: PeriodicJob, planned: dt.datetime) -> JobInsertParams | None:
         """One run's row, or None when make_args skips it or fails (logged)."""
-        extra = {"river_event": "periodic_job_skipped", "periodic_job_id": job.id}
+        extra = client_extra("periodic_job_skipped", self.client.id)
         try:
             made = job.make_args()
         except Exception:
@@ -235,7 +236,9 @@ class PeriodicEnqueuer:
             if run_opts is not None:
                 opts = run_opts
         if made is None:
-            logger.info("periodic job %s: make_args returned None; run skipped", job.id)
+            logger.info(
+                "periodic job %s: make_args returned None; run skipped", job.id, extra=extra
+            )
             return None
         opts = opts or InsertOpts()
         metadata = dict(opts.metadata or {})
@@ -282,7 +285,7 @@ class PeriodicEnqueuer:
             return
 
     def _failed(self, exc: BaseException, count: int, *, transient: bool, attempt: int) -> None:
-        extra = {"river_event": "maintenance_failed", "service": SERVICE, "jobs": count}
+        extra = client_extra("periodic_insert_failed", self.client.id)
         if transient:
             logger.warning(
                 "inserting %d periodic jobs failed (attempt %d), retrying: %s",
