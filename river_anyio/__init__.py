@@ -12,8 +12,11 @@ import contextlib
 from ._client import Client as Client
 from ._config import MaintenanceConfig as MaintenanceConfig
 from ._config import QueueConfig as QueueConfig
+from ._cron import CronSchedule as CronSchedule
+from ._cron import cron as cron
 from ._errors import ConfigError as ConfigError
 from ._errors import ConnectionLostError as ConnectionLostError
+from ._errors import CronError as CronError
 from ._errors import DatabaseBusyError as DatabaseBusyError
 from ._errors import DatabaseError as DatabaseError
 from ._errors import IntegrityError as IntegrityError
@@ -40,6 +43,12 @@ from ._job import UniqueOpts as UniqueOpts
 from ._jobs_api import JobListCursor as JobListCursor
 from ._jobs_api import JobListResult as JobListResult
 from ._jobs_api import JobsAPI as JobsAPI
+from ._periodic import IntervalSchedule as IntervalSchedule
+from ._periodic import PeriodicJob as PeriodicJob
+from ._periodic import PeriodicJobHandle as PeriodicJobHandle
+from ._periodic import PeriodicJobs as PeriodicJobs
+from ._periodic import PeriodicSchedule as PeriodicSchedule
+from ._periodic import every as every
 from ._queues_api import LocalQueues as LocalQueues
 from ._queues_api import QueuesAPI as QueuesAPI
 from ._resumable import ResumableStepError as ResumableStepError
@@ -67,6 +76,8 @@ __all__ = (
     "ClientRun",
     "ConfigError",
     "ConnectionLostError",
+    "CronError",
+    "CronSchedule",
     "DatabaseBusyError",
     "DatabaseError",
     "DefaultRetryPolicy",
@@ -77,6 +88,7 @@ __all__ = (
     "InsertOpts",
     "InsertResult",
     "IntegrityError",
+    "IntervalSchedule",
     "Job",
     "JobArgs",
     "JobListCursor",
@@ -91,6 +103,10 @@ __all__ = (
     "MigrationError",
     "NotFoundError",
     "Outcome",
+    "PeriodicJob",
+    "PeriodicJobHandle",
+    "PeriodicJobs",
+    "PeriodicSchedule",
     "PoolTimeoutError",
     "QueryCanceledError",
     "QueueConfig",
@@ -107,7 +123,9 @@ __all__ = (
     "Workers",
     "__version__",
     "cancel",
+    "cron",
     "discard",
+    "every",
     "open_client",
     "run_client",
     "snooze",

@@ -22,6 +22,7 @@ from ._insert import InsertManyParams, build_insert_params
 from ._job import InsertOpts, InsertResult, JobState
 from ._jobs_api import JobsAPI
 from ._limiter import KeyedBurstLimiter
+from ._periodic import PeriodicJob, PeriodicJobs
 from ._queues_api import LocalQueues, QueuesAPI
 from ._timeutil import utc_now
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
@@ -83,6 +84,8 @@ class Client:
         max_attempts: int,
         middleware: Sequence[Any] = (),
         hooks: Sequence[Any] = (),
+        periodic_jobs: Sequence[PeriodicJob] = (),
+        never_leader: bool = False,
     ) -> None:
         self._driver = driver
         self._id = id
@@ -94,6 +97,7 @@ class Client:
             h.insert_begin for h in hooks if callable(getattr(h, "insert_begin", None))
         ]
         self._limiter = KeyedBurstLimiter(NOTIFY_COOLDOWN)
+        self._periodic_jobs = PeriodicJobs(periodic_jobs, never_leader=never_leader)
         #: Set by a running client: wakes its own producers after a committed insert.
         self._after_insert: Callable[[set[str]], None] | None = None
         # --- job and queue APIs ---
@@ -118,6 +122,12 @@ class Client:
     @property
     def driver(self) -> Driver:
         return self._driver
+
+    @property
+    def periodic_jobs(self) -> PeriodicJobs:
+        """The periodic jobs this client inserts while it is the leader; add and remove them
+        at any time (River's ``PeriodicJobs()``)."""
+        return self._periodic_jobs
 
     def transaction(self) -> contextlib.AbstractAsyncContextManager[Executor]:
         """A transaction on the client's database, for ``*_tx`` calls and your own queries."""

@@ -13,6 +13,7 @@ import attrs
 
 from ._errors import ConfigError, ValidationError
 from ._job import MAX_ATTEMPTS_DEFAULT, validate_queue_name
+from ._periodic import PeriodicJob, PeriodicJobs
 from ._retry import DefaultRetryPolicy, RetryPolicy
 from ._work import Workers
 
@@ -258,6 +259,7 @@ class ClientConfig:
     job_stuck_threshold: float
     thread_workers: int
     process_workers: int
+    periodic_jobs: tuple[PeriodicJob, ...] = ()
     #: Private, for tests (``open_client(_completer_pauses=..., _completer_try_timeout=...)``):
     #: the completer's pauses between write tries and its per-try timeout. ``None`` keeps
     #: River's 1 s/2 s/4 s and 10 s.
@@ -305,6 +307,7 @@ def build_config(
     job_stuck_threshold: object,
     thread_workers: object,
     process_workers: object,
+    periodic_jobs: object = None,
     completer_pauses: object = None,
     completer_try_timeout: object = None,
     maintenance: object = None,
@@ -408,6 +411,8 @@ def build_config(
     for name, value in (("thread_workers", thread_workers), ("process_workers", process_workers)):
         if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
             raise ConfigError(name, "must be an int between 1 and 1024", value)
+    periodic = seq(periodic_jobs, "periodic_jobs")
+    PeriodicJobs(periodic)  # every entry a PeriodicJob, IDs unique: ConfigError naming the entry
     pauses: tuple[float, ...] | None = None
     if completer_pauses is not None:
         if isinstance(completer_pauses, str | bytes) or not isinstance(completer_pauses, Sequence):
@@ -423,6 +428,7 @@ def build_config(
 
     if not isinstance(leader_election_disabled, bool):
         raise ConfigError("leader_election_disabled", "must be a bool", leader_election_disabled)
+    PeriodicJobs(periodic, never_leader=leader_election_disabled)
     if not isinstance(maintenance_stagger, bool):
         raise ConfigError("_maintenance_stagger", "must be a bool", maintenance_stagger)
     if maintenance is None:
@@ -473,6 +479,7 @@ def build_config(
         job_stuck_threshold=stuck,
         thread_workers=thread_workers,  # type: ignore[arg-type]
         process_workers=process_workers,  # type: ignore[arg-type]
+        periodic_jobs=periodic,
         completer_pauses=pauses,
         completer_try_timeout=try_timeout,
         maintenance=maint,

@@ -4,6 +4,7 @@ Every error the library raises on purpose derives from :class:`RiverError`::
 
     RiverError
     ├── ConfigError (also ValueError)         bad client/driver configuration
+    │   └── CronError                         a cron expression that cannot be parsed
     ├── ValidationError (also ValueError)     bad input to an insert or another call
     ├── NotFoundError                         the row asked for does not exist
     ├── JobRunningError                       the job is running (River's ErrJobRunning)
@@ -37,6 +38,17 @@ class ConfigError(RiverError, ValueError):
         self.rule = rule
         self.value = value
         super().__init__(f"{field}: {rule}")
+
+
+class CronError(ConfigError):
+    """A cron expression is invalid. ``field`` names the part at fault (``minute``, ``hour``,
+    ``day of month``, ``month``, ``day of week``, ``time zone``, ``descriptor``, ``@every`` or
+    ``expression``); ``expression`` is the whole text."""
+
+    def __init__(self, expression: str, field: str, rule: str) -> None:
+        super().__init__(field, rule, expression)
+        self.expression = expression
+        self.args = (f"invalid cron expression {expression!r}: {field}: {rule}",)
 
 
 class ValidationError(RiverError, ValueError):

@@ -29,6 +29,7 @@ LOGGER_NAMES = (
     "river_anyio.contrib.prometheus",
     "river_anyio.driver",
     "river_anyio.executor",
+    "river_anyio.maintenance.periodic",
     "river_anyio.migrate",
     "river_anyio.notifier",
     "river_anyio.producer",

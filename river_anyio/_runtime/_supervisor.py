@@ -62,6 +62,7 @@ from ._maintenance import (
     Reindexer,
 )
 from ._notifier import ALL_TOPICS, TOPICS, Notifier
+from ._periodic import PeriodicEnqueuer
 from ._producer import Producer
 from ._util import STOP_AND_CANCEL_REASON, STOP_TIMEOUT_REASON
 
@@ -499,7 +500,7 @@ def leader_services(run: ClientRun, driver: Driver, clock: Clock) -> list[Leader
             after_commit=run._trigger_queues,
             **common,
         ),
-        # the periodic job enqueuer goes here (River's order)
+        PeriodicEnqueuer(client=run.client, clock=clock, events=run._events),
         QueueCleaner(interval=m.queue_cleaner_interval, **common),
     ]
     if driver.dialect == "sqlite":
@@ -532,6 +533,7 @@ def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
         "job_stuck_threshold": 10.0,
         "thread_workers": 16,
         "process_workers": 4,
+        "periodic_jobs": None,
         # private, for tests: shorter completer retry timings (validated like the rest)
         "_completer_pauses": None,
         "_completer_try_timeout": None,
@@ -639,6 +641,8 @@ async def run_client(
             max_attempts=config.max_attempts,
             middleware=config.middleware,
             hooks=config.hooks,
+            periodic_jobs=config.periodic_jobs,
+            never_leader=config.leader_election_disabled,
         )
         run = ClientRun(client, config, events)
         await run._run(driver, clock, task_status=task_status)

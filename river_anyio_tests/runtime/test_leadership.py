@@ -207,3 +207,48 @@ def test_maintenance_settings_on_a_never_leader_are_ignored_with_a_warning(
         _config_from(database_url, options("x", maintenance={"scheduler_interval": 1}))
     with pytest.raises(river.ConfigError, match="must be a bool"):
         _config_from(database_url, options("x", leader_election_disabled="yes"))
+
+
+@attrs.frozen
+class Periodic:
+    kind: ClassVar[str] = "leader_periodic"
+
+
+async def test_the_leader_inserts_periodic_jobs_and_workers_run_them(database_url: str) -> None:
+    """The enqueuer runs in the leader scope: a run_on_start job is inserted once the client
+    leads, and it is worked like any other job."""
+    w = workers()
+    worked: list[river.Job[Periodic]] = []
+    done = anyio.Event()
+
+    @w.register(Periodic)
+    async def work(ctx: river.WorkContext, job: river.Job[Periodic]) -> None:
+        worked.append(job)
+        done.set()
+
+    job = river.PeriodicJob(river.every(3600), Periodic, id="hourly", run_on_start=True)
+    async with anyio.create_task_group() as tg:
+        run = await start(tg, database_url, "periodic-leader", workers=w, periodic_jobs=[job])
+        with anyio.fail_after(WAIT):
+            await done.wait()
+        assert run.is_leader
+        assert len(worked) == 1
+        meta = worked[0].row.metadata
+        assert meta["periodic"] is True
+        assert meta["river:periodic_job_id"] == "hourly"
+        run.stop()
+
+
+async def test_a_never_leader_client_refuses_periodic_jobs(database_url: str) -> None:
+    job = river.PeriodicJob(river.every(60), Periodic)
+    with pytest.raises(river.ConfigError, match="leader_election_disabled=True never leads"):
+        async with river.open_client(
+            database_url, periodic_jobs=[job], **options("never", leader_election_disabled=True)
+        ):
+            pass  # pragma: no cover
+    async with river.open_client(
+        database_url, **options("never", leader_election_disabled=True)
+    ) as run:
+        with pytest.raises(river.ConfigError, match="never leads"):
+            run.client.periodic_jobs.add(job)
+        assert len(run.client.periodic_jobs) == 0
