@@ -119,9 +119,12 @@ class RiverGo:
         fetch_only_known_kinds: bool = False,
         leader_election_disabled: bool = False,
         report_leader: bool = False,
+        tz: str = "Asia/Kolkata",
     ) -> AsyncIterator[GoRun]:
         """A River Go client working ``queues`` with the program's scripted worker for
-        ``kinds``; stopped gracefully when the block ends."""
+        ``kinds``; stopped gracefully when the block ends. The process runs in time zone
+        ``tz`` (River Go writes some timestamps in local time: a non-UTC zone tests that
+        river_anyio reads them right)."""
         flags = ["-queues", ",".join(f"{q}:{n}" for q, n in queues.items())]
         flags += ["-kinds", ",".join(kinds)]
         if client_id:
@@ -134,7 +137,9 @@ class RiverGo:
             flags.append("-report-leader")
         with tempfile.TemporaryFile() as stderr:
             proc = await anyio.open_process(
-                _cmd(self.binary, "run", url, tuple(flags)), stderr=stderr
+                _cmd(self.binary, "run", url, tuple(flags)),
+                stderr=stderr,
+                env={**os.environ, "TZ": tz},
             )
             run = GoRun(proc, stderr)
             try:
@@ -146,6 +151,10 @@ class RiverGo:
                         await run.stop()
                     finally:
                         tg.cancel_scope.cancel("go run over")
+            except BaseExceptionGroup as group:
+                if len(group.exceptions) == 1:  # the body's own failure, as itself
+                    raise group.exceptions[0] from None
+                raise
             finally:
                 with anyio.CancelScope(shield=True):
                     if proc.returncode is None:

@@ -429,8 +429,11 @@ type behaviour struct {
 	SleepSeconds  float64         `json:"sleep_seconds"`
 	RetryInSecs   *float64        `json:"retry_in_seconds"`
 	Output        json.RawMessage `json:"output"`
-	// FailAttempts: fail (as Action "error") while attempt <= FailAttempts, then complete.
+	// FailAttempts: with "error", fail while attempt <= FailAttempts, then complete (0: always).
 	FailAttempts int `json:"fail_attempts"`
+	// SnoozeTimes: with "snooze", snooze until metadata "snoozes" reaches it, then complete
+	// (0: always).
+	SnoozeTimes int `json:"snooze_times"`
 }
 
 type dynWorker struct {
@@ -465,6 +468,13 @@ func (w *dynWorker) Work(ctx context.Context, job *river.Job[DynArgs]) error {
 		}
 		return nil
 	case "snooze":
+		var meta struct {
+			Snoozes int `json:"snoozes"`
+		}
+		_ = json.Unmarshal(job.Metadata, &meta)
+		if b.SnoozeTimes > 0 && meta.Snoozes >= b.SnoozeTimes {
+			return nil
+		}
 		return river.JobSnooze(time.Duration(b.SnoozeSeconds * float64(time.Second)))
 	case "cancel":
 		return river.JobCancel(errors.New(b.Message))
@@ -555,7 +565,10 @@ func cmdRun(ctx context.Context, db *database, f runFlags) error {
 		defer wg.Done()
 		for {
 			select {
-			case e := <-events:
+			case e, ok := <-events:
+				if !ok {
+					return
+				}
 				emit(eventOut(e))
 			case <-done:
 				return
@@ -601,17 +614,7 @@ func cmdRun(ctx context.Context, db *database, f runFlags) error {
 	stopCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	err = a.stop(stopCtx)
-	// drain the events the stop produced
-	for {
-		select {
-		case e := <-events:
-			emit(eventOut(e))
-			continue
-		default:
-		}
-		break
-	}
-	close(done)
+	close(done) // the event goroutine has emitted what arrived before the stop returned
 	wg.Wait()
 	emit(map[string]any{"event": "stopped"})
 	return err
