@@ -5,7 +5,9 @@ other (both read every row and must agree field by field)."""
 from __future__ import annotations
 
 import datetime as dt
+from typing import ClassVar
 
+import attrs
 import pytest
 
 import river_anyio as river
@@ -116,6 +118,40 @@ async def test_jobs_inserted_by_go_are_worked_by_river_anyio(
     assert rows[output].metadata["output"] == {"answer": 42, "list": ["x"]}
     # and River Go reads every outcome exactly as river_anyio does
     await assert_both_read_the_same(river_go, url, ids)
+
+
+@attrs.frozen
+class RenamedOrder:
+    """The Go program's ``OrderArgs`` with Python attribute names of its own: fields are read
+    under their JSON names (Go's ``json:"..."`` tags)."""
+
+    kind: ClassVar[str] = "interop_order_renamed"
+    customer: str = attrs.field(metadata={"json": "customer_id"})
+    trace: str = attrs.field(metadata={"json": "trace_id"})
+    amount: float
+
+
+async def test_go_args_decoded_into_classes_with_json_names(
+    river_go: RiverGo, database_url: str
+) -> None:
+    url = database_url
+    seen: list[river.Job[RenamedOrder]] = []
+
+    async def work(ctx: river.WorkContext, job: river.Job[RenamedOrder]) -> None:
+        seen.append(job)
+
+    w = river.Workers()
+    w.add(RenamedOrder, work)
+    args = {"customer_id": "c9", "trace_id": "t9", "amount": 12.5}
+    async with river.open_client(
+        url, queues={QUEUE: river.QueueConfig(max_workers=2)}, workers=w, **CLIENT_OPTIONS
+    ) as run:
+        with run.subscribe() as sub:
+            spec = {"type": "order", "kind": RenamedOrder.kind, "queue": QUEUE, "args": args}
+            (inserted,) = await river_go.call("insert", url, stdin=[spec])
+            events = await collect(sub, [inserted["id"]])
+    assert events[inserted["id"]].kind is E.JOB_COMPLETED
+    assert [j.args for j in seen] == [RenamedOrder(customer="c9", trace="t9", amount=12.5)]
 
 
 def _nonce(metadata: object) -> dict[str, object]:
