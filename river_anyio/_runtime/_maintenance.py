@@ -110,7 +110,7 @@ class MaintenanceService:
         self._config = config
         self.interval = interval
         self.batches = BatchSizes()
-        self.logger = logging.getLogger(f"river_anyio.maintenance.{self.name}")
+        self.logger = logging.getLogger("river_anyio.maintenance")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         if self._config.maintenance_stagger:
@@ -144,7 +144,11 @@ class MaintenanceService:
             type(exc).__name__,
             exc,
             exc_info=None if transient else exc,
-            extra={"river_event": "maintenance_failed", "service": self.name},
+            extra={
+                "river_event": "maintenance_failed",
+                "river_client_id": self._config.id,
+                "river_service": self.name,
+            },
         )
         self._events.publish(
             Event(
