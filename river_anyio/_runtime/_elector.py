@@ -312,7 +312,7 @@ def _report(service: Any, exc: BaseException, events: EventHub, *, starting: boo
         type(exc).__name__,
         exc,
         exc_info=exc,
-        extra={"river_event": "maintenance_failed", "service": service.name},
+        extra={"river_event": "maintenance_failed", "river_service": service.name},
     )
     events.publish(
         Event(
