@@ -9,7 +9,8 @@ without parsing messages:
 - ``river_client_id``: the client's ID;
 - ``river_queue``: the queue;
 - ``river_job_id``, ``river_job_kind``, ``river_attempt``: the job and its attempt;
-- ``river_job_ids``: the jobs of a batch (the completer's records).
+- ``river_job_ids``: the jobs of a batch (the completer's records);
+- ``river_service``: the leader's maintenance service (``maintenance_failed`` records).
 
 The names and the fields are part of the public, documented surface (``docs/logging``).
 """
@@ -30,8 +31,13 @@ LOGGER_NAMES = (
     "river_anyio.driver",
     "river_anyio.elector",
     "river_anyio.executor",
-    "river_anyio.maintenance",
+    "river_anyio.maintenance.job_cleaner",
+    "river_anyio.maintenance.notification_cleaner",
     "river_anyio.maintenance.periodic",
+    "river_anyio.maintenance.queue_cleaner",
+    "river_anyio.maintenance.reindexer",
+    "river_anyio.maintenance.rescuer",
+    "river_anyio.maintenance.scheduler",
     "river_anyio.migrate",
     "river_anyio.notifier",
     "river_anyio.producer",

@@ -94,6 +94,8 @@ class MaintenanceService:
 
     #: The service's name in logs and ``maintenance_failed`` events.
     name = "maintenance"
+    #: Each service logs on ``river_anyio.maintenance.<name>`` (fixed names: see _logging).
+    logger: logging.Logger
 
     def __init__(
         self,
@@ -110,7 +112,6 @@ class MaintenanceService:
         self._config = config
         self.interval = interval
         self.batches = BatchSizes()
-        self.logger = logging.getLogger("river_anyio.maintenance")
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         if self._config.maintenance_stagger:
@@ -144,11 +145,7 @@ class MaintenanceService:
             type(exc).__name__,
             exc,
             exc_info=None if transient else exc,
-            extra={
-                "river_event": "maintenance_failed",
-                "river_client_id": self._config.id,
-                "river_service": self.name,
-            },
+            extra={"river_event": "maintenance_failed", "river_service": self.name},
         )
         self._events.publish(
             Event(
@@ -181,6 +178,7 @@ class JobScheduler(MaintenanceService):
     JobScheduler), with insert notifications for queues whose jobs are due now."""
 
     name = "scheduler"
+    logger = logging.getLogger("river_anyio.maintenance.scheduler")
 
     def __init__(
         self,
@@ -228,6 +226,7 @@ class JobRescuer(MaintenanceService):
     know; ``cancelled`` when their cancellation was requested (River's JobRescuer)."""
 
     name = "rescuer"
+    logger = logging.getLogger("river_anyio.maintenance.rescuer")
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -347,6 +346,7 @@ class JobCleaner(MaintenanceService):
     """Deletes finalized jobs past their state's retention (River's JobCleaner)."""
 
     name = "job_cleaner"
+    logger = logging.getLogger("river_anyio.maintenance.job_cleaner")
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -387,6 +387,7 @@ class QueueCleaner(MaintenanceService):
     QueueCleaner; working clients touch theirs every 10 minutes)."""
 
     name = "queue_cleaner"
+    logger = logging.getLogger("river_anyio.maintenance.queue_cleaner")
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -411,6 +412,7 @@ class NotificationCleaner(MaintenanceService):
     """SQLite only: deletes ``river_notification`` outbox rows past their retention."""
 
     name = "notification_cleaner"
+    logger = logging.getLogger("river_anyio.maintenance.notification_cleaner")
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(**kw)
@@ -437,6 +439,7 @@ class Reindexer(MaintenanceService):
     dropped."""
 
     name = "reindexer"
+    logger = logging.getLogger("river_anyio.maintenance.reindexer")
 
     def __init__(self, **kw: Any) -> None:
         super().__init__(interval=0.0, **kw)

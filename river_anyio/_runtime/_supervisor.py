@@ -663,7 +663,47 @@ async def open_client(database: str | Driver, **options: Any) -> AsyncIterator[C
 
     Leaving the block normally is a graceful stop bounded by ``soft_stop_timeout``; leaving it
     with an exception is a stop-and-cancel, after which the exception propagates unchanged.
-    See the module docs of ``river_anyio`` for every option.
+    Every option is validated before anything connects (:class:`ConfigError` naming it).
+
+    Args:
+        database: A database URL (``postgresql://…``, ``postgres://…`` or ``sqlite:///path``)
+            or a driver opened by the caller (:mod:`river_anyio.drivers`).
+
+    Keyword Args:
+        queues: ``{name: QueueConfig}``, the queues this client works (``workers`` needed).
+            Without queues the client only inserts and manages jobs, and never leads.
+        workers: The :class:`Workers` that run each job kind.
+        id: This client's ID, at most 100 characters (default: host name and start time).
+        schema: The schema holding River's tables (PostgreSQL), or the attached database
+            (SQLite; attach it with ``driver_options={"attach": {name: path}}``).
+        max_attempts: Attempts of jobs inserted without their own (River's 25).
+        job_timeout: How long an attempt may run unless its worker says otherwise: seconds or
+            a timedelta, ``None`` for no limit (default 60 s).
+        soft_stop_timeout: How long a graceful stop lets running jobs finish before they are
+            cancelled (default ``None``: as long as they take).
+        fetch_cooldown: The shortest time between two fetches of a queue (0.1 s).
+        fetch_poll_interval: How often a queue is fetched without notifications (1 s).
+        poll_only: Poll instead of listening for notifications (default False).
+        fetch_only_known_kinds: Claim only jobs of kinds that have a worker here (default
+            False: a job of an unknown kind is claimed and fails, as in River).
+        retry_policy: An object with ``next_retry(job_row, now) -> datetime`` (default
+            :class:`DefaultRetryPolicy`, River's).
+        error_handler: An object with ``handle_error(job_row, exc)`` (may be async), called
+            when an attempt raises; a result with a true ``set_cancelled`` cancels the job.
+        middleware: Objects with ``async insert(params, next)`` and/or
+            ``async work(ctx, job, next)`` methods, outermost first.
+        hooks: Objects with ``insert_begin(params)``, ``work_begin(ctx, job)`` and/or
+            ``work_end(ctx, job, error)`` (sync or async); a hook that raises is logged.
+        job_stuck_threshold: How long a ``run_in="process"`` worker may ignore cancellation
+            before its process is killed (10 s).
+        thread_workers: Threads shared by ``run_in="thread"`` workers (16).
+        process_workers: Child processes shared by ``run_in="process"`` workers (4).
+        periodic_jobs: :class:`PeriodicJob` instances the client inserts while it leads.
+        maintenance: A :class:`MaintenanceConfig` for the leader's maintenance services.
+        leader_election_disabled: Never take part in leader elections (default False).
+        driver_options: Keyword arguments for the driver opened from the URL: PostgreSQL's
+            ``pool_max_size``, ``acquire_timeout``, ``connect_timeout``,
+            ``prepare_threshold``; SQLite's ``busy_timeout``, ``attach``.
     """
     config = _config_from(database, options)  # validate before anything connects
     user_exc: BaseException | None = None

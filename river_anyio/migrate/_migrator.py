@@ -73,6 +73,9 @@ class MigrateVersion:
 
 @attrs.frozen(kw_only=True)
 class MigrateResult:
+    """What ``up`` or ``down`` did: its direction and the versions applied, in order (none
+    when the database was already at the target)."""
+
     direction: Direction
     versions: tuple[MigrateVersion, ...]
 
@@ -88,6 +91,9 @@ class AppliedMigration:
 
 @attrs.frozen(kw_only=True)
 class ValidateResult:
+    """What ``validate`` found: ``ok`` when no migration is pending, else the ``missing``
+    versions and River's ``messages`` about them."""
+
     ok: bool
     missing: tuple[int, ...] = ()
     messages: tuple[str, ...] = ()
