@@ -151,10 +151,18 @@ class Completer:
                 self._pending.clear()
 
     async def _receive(self, receive: MemoryObjectReceiveStream[Finished]) -> None:
+        pending = self._pending
         async with receive:
             async for item in receive:
-                self._pending[item.completion.id] = item
-                n = len(self._pending)
+                pending[item.completion.id] = item
+                # take whatever else is buffered without a checkpoint per item
+                while len(pending) < BACKLOG_HIGH:
+                    try:
+                        item = receive.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                    pending[item.completion.id] = item
+                n = len(pending)
                 if n >= FLUSH_THRESHOLD:
                     self._wake.set()
                 if n >= BACKLOG_HIGH:

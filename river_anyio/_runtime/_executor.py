@@ -18,6 +18,7 @@ import datetime as dt
 import inspect
 import json
 import logging
+import math
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -45,7 +46,7 @@ from .._work import (
 )
 from ..drivers import JobCompletion
 from ._completer import Finished
-from ._util import REMOTE_CANCEL_REASON
+from ._util import REMOTE_CANCEL_REASON, Wakeup
 
 if TYPE_CHECKING:
     from .._client import Client
@@ -130,6 +131,10 @@ class JobExecutor:
         self._thread_limiter = thread_limiter
         self._process_runner = process_runner
         self.remote_cancelled: set[int] = set()
+        # job timeouts: one watchdog task (``watch_timeouts``) instead of a timer per job
+        self._deadlines: dict[int, tuple[float, anyio.CancelScope]] = {}
+        self._watch_at = math.inf
+        self._watch_wake = Wakeup()
 
     async def execute(self, row: JobRow, scopes: dict[int, anyio.CancelScope]) -> None:
         """Run one job to its completion (or interruption) and hand the result on."""
@@ -154,13 +159,19 @@ class JobExecutor:
                     client=self._client, job=row, deadline=None if timeout is None else deadline
                 )
                 result = _PENDING
-                with anyio.CancelScope(deadline=deadline) as scope:
+                with anyio.CancelScope() as scope:
                     scopes[row.id] = scope
+                    if timeout is not None:
+                        self._deadlines[row.id] = (deadline, scope)
+                        if deadline < self._watch_at:
+                            self._watch_at = deadline
+                            self._watch_wake.set()
                     try:
                         result = await self._invoke(reg, ctx, job)
                     except Exception as exc:
                         result = _Failure(exc)
                     finally:
+                        self._deadlines.pop(row.id, None)
                         if scope.cancel_called:
                             ctx.cancelled.set()
                 remote = row.id in self.remote_cancelled
@@ -190,6 +201,26 @@ class JobExecutor:
             scopes.pop(row.id, None)
             self.remote_cancelled.discard(row.id)
         await self._hand_off(finished)
+
+    async def watch_timeouts(self) -> None:
+        """Cancels each running job whose deadline has passed; sleeps until the earliest."""
+        deadlines = self._deadlines
+        while True:
+            now = anyio.current_time()
+            earliest = math.inf
+            for job_id, (deadline, scope) in list(deadlines.items()):
+                if deadline <= now:
+                    del deadlines[job_id]
+                    scope.cancel()
+                elif deadline < earliest:
+                    earliest = deadline
+            self._watch_at = earliest
+            with anyio.CancelScope(deadline=earliest):
+                await self._watch_wake.wait()
+
+    async def give_back(self, row: JobRow) -> None:
+        """A claimed job that never started (the client stopped): back to ``available``."""
+        await self._hand_off(self._interrupted(row, self._clock.now(), time.monotonic()))
 
     async def _hand_off(self, finished: Finished) -> None:
         """Give a result to the completer; only waits (shielded) when it is backed up."""
