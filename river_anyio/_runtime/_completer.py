@@ -299,8 +299,8 @@ class Completer:
     def _done(self, batch: list[Finished], results: list[CompletionResult]) -> None:
         self._written += len(batch)
         self._release_backpressure()
-        by_id = {r.id: r for r in results}
-        races = [f for f in batch if (r := by_id.get(f.row.id)) is not None and not r.applied]
+        not_applied = {r.id for r in results if not r.applied}
+        races = [f for f in batch if f.row.id in not_applied] if not_applied else []
         self._races += len(races)
         for f in races:
             logger.warning(
@@ -312,6 +312,7 @@ class Completer:
             )
         if not self._events.active:
             return
+        by_id = {r.id: r for r in results}
         now = time.monotonic()
         for f in batch:
             r = by_id.get(f.row.id)

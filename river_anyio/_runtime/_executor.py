@@ -59,6 +59,7 @@ logger = logging.getLogger("river_anyio.executor")
 #: Retries and snoozes due within this are written ``available`` (River's scheduler interval).
 NEAR_FUTURE = dt.timedelta(seconds=5)
 MAX_ERROR_TEXT = 32_768
+_ZERO = dt.timedelta(0)
 _default_policy = DefaultRetryPolicy()
 
 
@@ -332,6 +333,18 @@ class JobExecutor:
         ctx: WorkContext | None,
     ) -> Finished:
         now = self._clock.now()
+        if result is None and (ctx is None or not ctx._metadata_updates):
+            # the common case, without the general path's bookkeeping
+            return Finished(
+                row=row,
+                completion=JobCompletion(
+                    id=row.id, attempt=row.attempt, state=JobState.COMPLETED, finalized_at=now
+                ),
+                kind=EventKind.JOB_COMPLETED,
+                error=None,
+                queue_wait=max(start - row.scheduled_at, _ZERO),
+                run_time=dt.timedelta(seconds=time.monotonic() - started),
+            )
         meta: dict[str, Any] = dict(ctx._metadata_updates) if ctx is not None else {}
         error_text: str | None = None
         kind = EventKind.JOB_COMPLETED
