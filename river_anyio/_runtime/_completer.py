@@ -158,10 +158,18 @@ class Completer:
                 self._pending.clear()
 
     async def _receive(self, receive: MemoryObjectReceiveStream[Finished]) -> None:
+        pending = self._pending
         async with receive:
             async for item in receive:
-                self._pending[item.completion.id] = item
-                n = len(self._pending)
+                pending[item.completion.id] = item
+                # take whatever else is buffered without a checkpoint per item
+                while len(pending) < BACKLOG_HIGH:
+                    try:
+                        item = receive.receive_nowait()
+                    except anyio.WouldBlock:
+                        break
+                    pending[item.completion.id] = item
+                n = len(pending)
                 if n >= FLUSH_THRESHOLD:
                     self._wake.set()
                 if n >= BACKLOG_HIGH:
@@ -308,12 +316,12 @@ class Completer:
     def _done(self, batch: list[Finished], results: list[CompletionResult]) -> None:
         self._written += len(batch)
         self._release_backpressure()
-        by_id = {r.id: r for r in results}
-        races = [
-            f
-            for f in batch
-            if (r := by_id.get(f.row.id)) is not None and not r.applied and not f.completed_tx
-        ]
+        not_applied = {r.id for r in results if not r.applied}
+        races = (
+            [f for f in batch if f.row.id in not_applied and not f.completed_tx]
+            if not_applied
+            else []
+        )
         self._races += len(races)
         for f in races:
             logger.warning(
@@ -325,6 +333,7 @@ class Completer:
             )
         if not self._events.active:
             return
+        by_id = {r.id: r for r in results}
         now = time.monotonic()
         for f in batch:
             r = by_id.get(f.row.id)

@@ -18,6 +18,7 @@ import datetime as dt
 import inspect
 import json
 import logging
+import math
 import time
 import traceback
 from collections.abc import Awaitable, Callable
@@ -47,7 +48,7 @@ from .._work import (
 )
 from ..drivers import JobCompletion
 from ._completer import Finished
-from ._util import REMOTE_CANCEL_REASON
+from ._util import REMOTE_CANCEL_REASON, Wakeup
 
 if TYPE_CHECKING:
     from .._client import Client
@@ -60,6 +61,7 @@ logger = logging.getLogger("river_anyio.executor")
 #: Retries and snoozes due within this are written ``available`` (River's scheduler interval).
 NEAR_FUTURE = dt.timedelta(seconds=5)
 MAX_ERROR_TEXT = 32_768
+_ZERO = dt.timedelta(0)
 _default_policy = DefaultRetryPolicy()
 
 
@@ -132,6 +134,10 @@ class JobExecutor:
         self._thread_limiter = thread_limiter
         self._process_runner = process_runner
         self.remote_cancelled: set[int] = set()
+        # job timeouts: one watchdog task (``watch_timeouts``) instead of a timer per job
+        self._deadlines: dict[int, tuple[float, anyio.CancelScope]] = {}
+        self._watch_at = math.inf
+        self._watch_wake = Wakeup()
 
     async def execute(self, row: JobRow, scopes: dict[int, anyio.CancelScope]) -> None:
         """Run one job to its completion (or interruption) and hand the result on."""
@@ -156,13 +162,19 @@ class JobExecutor:
                     client=self._client, job=row, deadline=None if timeout is None else deadline
                 )
                 result = _PENDING
-                with anyio.CancelScope(deadline=deadline) as scope:
+                with anyio.CancelScope() as scope:
                     scopes[row.id] = scope
+                    if timeout is not None:
+                        self._deadlines[row.id] = (deadline, scope)
+                        if deadline < self._watch_at:
+                            self._watch_at = deadline
+                            self._watch_wake.set()
                     try:
                         result = await self._invoke(reg, ctx, job)
                     except Exception as exc:
                         result = _Failure(exc)
                     finally:
+                        self._deadlines.pop(row.id, None)
                         if scope.cancel_called:
                             ctx.cancelled.set()
                 remote = row.id in self.remote_cancelled
@@ -194,6 +206,26 @@ class JobExecutor:
             scopes.pop(row.id, None)
             self.remote_cancelled.discard(row.id)
         await self._hand_off(finished)
+
+    async def watch_timeouts(self) -> None:
+        """Cancels each running job whose deadline has passed; sleeps until the earliest."""
+        deadlines = self._deadlines
+        while True:
+            now = anyio.current_time()
+            earliest = math.inf
+            for job_id, (deadline, scope) in list(deadlines.items()):
+                if deadline <= now:
+                    del deadlines[job_id]
+                    scope.cancel()
+                elif deadline < earliest:
+                    earliest = deadline
+            self._watch_at = earliest
+            with anyio.CancelScope(deadline=earliest):
+                await self._watch_wake.wait()
+
+    async def give_back(self, row: JobRow) -> None:
+        """A claimed job that never started (the client stopped): back to ``available``."""
+        await self._hand_off(self._interrupted(row, self._clock.now(), time.monotonic()))
 
     async def _hand_off(self, finished: Finished) -> None:
         """Give a result to the completer; only waits (shielded) when it is backed up."""
@@ -317,6 +349,21 @@ class JobExecutor:
         ctx: WorkContext | None,
     ) -> Finished:
         now = self._clock.now()
+        if result is None and (
+            ctx is None
+            or not (ctx._metadata_updates or ctx._output is not None or ctx._completed_tx)
+        ):
+            # the common case, without the general path's bookkeeping
+            return Finished(
+                row=row,
+                completion=JobCompletion(
+                    id=row.id, attempt=row.attempt, state=JobState.COMPLETED, finalized_at=now
+                ),
+                kind=EventKind.JOB_COMPLETED,
+                error=None,
+                queue_wait=max(start - row.scheduled_at, _ZERO),
+                run_time=dt.timedelta(seconds=time.monotonic() - started),
+            )
         meta: dict[str, Any] = {}
         error_text: str | None = None
         kind = EventKind.JOB_COMPLETED

@@ -1,15 +1,20 @@
-"""One producer per queue: claims jobs into free worker slots and runs them in its job nursery.
+"""One producer per queue: claims jobs into free worker slots and runs them on its workers.
 
-Fetch triggers (River's): start-up; an insert notification for this queue, debounced on the
-leading edge at ``fetch_cooldown``; the poll timer every ``fetch_poll_interval`` plus jitter
-``U[0, max(interval/10, 10 ms))``; a resume. Beyond River, freed slots are refilled promptly
-while a backlog exists (the last claim filled every free slot): once a worthwhile share of the
-slots is free (half of them, at most 25) a claim runs without waiting for the cooldown, so a
-busy queue is not capped at one claim per cooldown. The cooldown still guards against
-notification storms.
+Fetch triggers (River's): start-up; an insert notification for this queue; the poll timer
+every ``fetch_poll_interval`` plus jitter ``U[0, max(interval/10, 10 ms))``; a resume.
+Notification- and poll-triggered fetches are rate limited by ``fetch_cooldown``, the guard
+against notification storms: up to ``FETCH_BURST`` fetches per cooldown window, so a job
+inserted a few milliseconds after another is still picked up at once, while a storm is capped
+at ``FETCH_BURST / fetch_cooldown`` fetches per second. Beyond River, freed slots are refilled
+promptly while a backlog exists (the last claim filled every free slot): once a worthwhile
+share of the slots is free (half of them, at most 25) a claim runs without waiting for the
+cooldown, so a busy queue is not capped at one claim per cooldown.
 
-Shutdown: ``stop_fetching()`` ends the fetch loop; the job nursery then waits for running jobs,
-whose cancellation (timeout escalation or stop-and-cancel) comes from the enclosing scope.
+Claimed jobs run on a pool of at most ``max_workers`` long-lived worker tasks (spawning a
+task per job costs more than a short job). Shutdown: ``stop_fetching()`` ends the fetch loop;
+the workers then finish what was claimed and leave, and the job nursery waits for them; their
+cancellation (timeout escalation or stop-and-cancel) comes from the enclosing scope, and jobs
+claimed but not yet started by then are given back as interrupted.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import json
 import logging
 import math
 import random
+from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -28,6 +34,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from .._errors import DatabaseError
 from .._events import Event, EventHub, EventKind
 from .._job import JobRow
+from .._limiter import BurstLimiter
 from .._logging import job_extra, queue_extra
 from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, Driver, Notification
 from ._completer import Completer, Finished
@@ -46,6 +53,18 @@ HOT_OPERATION_TIMEOUT = 10.0
 MAX_ATTEMPTED_BY = 100
 QUEUE_REPORT_INTERVAL = 600.0
 QUEUE_SETTINGS_POLL = 2.0
+#: Notification- and poll-triggered fetches allowed per ``fetch_cooldown`` window.
+FETCH_BURST = 25
+
+
+class _Slot:
+    """An idle worker's mailbox: the row it is woken for (None: leave)."""
+
+    __slots__ = ("row", "wake")
+
+    def __init__(self) -> None:
+        self.row: JobRow | None = None
+        self.wake = anyio.Event()
 
 
 class Producer:
@@ -75,9 +94,17 @@ class Producer:
         self._cooldown = config.queue_cooldown(queue)
         self._poll_interval = config.queue_poll_interval(queue)
         self._refill_at = max(1, min(25, math.ceil(self._max_workers / 2)))
+        self._fetch_limiter = BurstLimiter(self._cooldown, FETCH_BURST, clock=anyio.current_time)
         self._kinds = config.workers.kinds() if config.fetch_only_known_kinds else None
         self._active: dict[int, JobRow] = {}
         self._scopes: dict[int, anyio.CancelScope] = {}
+        # the job nursery's workers: each claimed row goes to an idle worker's slot (or a new
+        # worker) and stays in ``_unstarted`` until that worker begins it
+        self._unstarted: dict[int, JobRow] = {}
+        self._overflow: deque[JobRow] = deque()
+        self._idle: list[_Slot] = []
+        self._workers = 0
+        self._closing = False
         self._wake = Wakeup()
         self._urgent = False
         self._backlog = False
@@ -191,11 +218,26 @@ class Producer:
             elif self._config.poll_only:
                 services.start_soon(self._poll_settings)
             services.start_soon(self._report_queue)
-            async with anyio.create_task_group() as jobs:
-                with anyio.CancelScope() as self._fetch_scope:
-                    task_status.started()
-                    if not self._stopping:
-                        await self._fetch_loop(jobs)
+            services.start_soon(self._executor.watch_timeouts)
+            try:
+                async with anyio.create_task_group() as jobs:
+                    try:
+                        with anyio.CancelScope() as self._fetch_scope:
+                            task_status.started()
+                            if not self._stopping:
+                                await self._fetch_loop(jobs)
+                    finally:
+                        # no more claims: idle workers leave, busy ones finish what is claimed
+                        self._closing = True
+                        while self._idle:
+                            self._idle.pop().wake.set()
+            finally:
+                if self._unstarted:  # claimed but never started: the job nursery was cancelled
+                    with anyio.CancelScope(shield=True):
+                        for row in list(self._unstarted.values()):
+                            del self._unstarted[row.id]
+                            self._active.pop(row.id, None)
+                            await self._executor.give_back(row)
             # every job has finished and been handed to the completer
             services.cancel_scope.cancel("producer stopped")
 
@@ -204,7 +246,6 @@ class Producer:
         return p + random.uniform(0, max(p / 10, 0.01))
 
     async def _fetch_loop(self, jobs: TaskGroup) -> None:
-        last = -math.inf
         next_poll = anyio.current_time() + self._poll_delay()
         self._urgent = True  # fetch at start
         while True:
@@ -214,12 +255,13 @@ class Producer:
             now = anyio.current_time()
             if now >= next_poll:
                 next_poll = now + self._poll_delay()
-            if not self._urgent and now - last < self._cooldown:
-                # leading-edge debounce: at most one non-urgent fetch per cooldown
-                await anyio.sleep(last + self._cooldown - now)
+            if not self._urgent:
+                # the guard against notification storms (refills of freed slots bypass it)
+                if (wait := self._fetch_limiter.delay()) > 0:
+                    await anyio.sleep(wait)
+                self._fetch_limiter.record()
             self._urgent = False
             self._wake.clear()
-            last = anyio.current_time()
             delay = await self._fetch_once(jobs)
             if delay:
                 next_poll = anyio.current_time() + delay
@@ -259,9 +301,7 @@ class Producer:
             )
             return delay
         self._backoff.reset()
-        for row in rows:
-            self._active[row.id] = row
-            jobs.start_soon(self._run_job, row, name=f"river job {row.id}")
+        self._dispatch(jobs, rows)
         self._backlog = len(rows) == limit
         if not self._backlog:
             self._completer.flush_soon()  # the queue is drained: write results promptly
@@ -271,19 +311,62 @@ class Producer:
     def _client_id(self) -> str:
         return self._config.id
 
-    async def _run_job(self, row: JobRow) -> None:
+    def _dispatch(self, jobs: TaskGroup, rows: list[JobRow]) -> None:
+        """Give each claimed row to an idle worker of its own, or to a new worker."""
+        active = self._active
+        unstarted = self._unstarted
+        idle = self._idle
+        for row in rows:
+            active[row.id] = row
+            unstarted[row.id] = row
+            if idle:
+                slot = idle.pop()
+                slot.row = row
+                slot.wake.set()
+            elif self._workers < self._max_workers:
+                self._workers += 1
+                jobs.start_soon(self._worker, row, name=f"river worker {self.queue}")
+            else:  # not expected (claims never exceed the free slots): the next free worker
+                self._overflow.append(row)
+
+    async def _worker(self, row: JobRow | None) -> None:
+        unstarted = self._unstarted
+        overflow = self._overflow
+        idle = self._idle
+        execute = self._executor.execute
+        scopes = self._scopes
+        active = self._active
+        slot = _Slot()
         try:
-            await self._executor.execute(row, self._scopes)
+            while True:
+                # None: given back already (the nursery was cancelled before it started)
+                if row is not None and unstarted.pop(row.id, None) is not None:
+                    try:
+                        await execute(row, scopes)
+                    finally:
+                        active.pop(row.id, None)
+                        if (
+                            self._backlog
+                            and not self._stopping
+                            and self._max_workers - len(active) >= self._refill_at
+                        ):
+                            self._backlog = False
+                            self._urgent = True
+                            self._wake.set()
+                if overflow:
+                    row = overflow.popleft()
+                    continue
+                if self._closing:
+                    return
+                slot.row = None
+                slot.wake = anyio.Event()
+                idle.append(slot)
+                await slot.wake.wait()
+                row = slot.row
+                if row is None:  # closing
+                    return
         finally:
-            self._active.pop(row.id, None)
-            if (
-                self._backlog
-                and not self._stopping
-                and self._max_workers - len(self._active) >= self._refill_at
-            ):
-                self._backlog = False
-                self._urgent = True
-                self._wake.set()
+            self._workers -= 1
 
     # --- notifications and periodic work ------------------------------------------------------
 

@@ -210,21 +210,36 @@ async def refuse_queue_named_broken(url: str) -> None:
         )
 
 
+#: How long taking SQLite's write lock may wait for the client's own writes to finish.
+LOCK_WAIT = 5.0
+
+
 @contextlib.asynccontextmanager
 async def sqlite_write_lock(url: str) -> AsyncIterator[Callable[[], None]]:
     """Hold SQLite's write lock from another connection (BEGIN IMMEDIATE in a thread of its
-    own) until the yielded ``release()`` is called or the block ends."""
+    own) until the yielded ``release()`` is called or the block ends.
+
+    The client under test may be writing at that moment (a claim, a completion): taking the
+    lock waits for it like any other writer, and a failure to take it is raised here rather
+    than leaving the caller waiting for a lock that never comes."""
     import apsw
 
     path = url.removeprefix("sqlite:///")
     locked = threading.Event()
     release = threading.Event()
+    failed: list[BaseException] = []
 
     def hold() -> None:
         conn = apsw.Connection(path)
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            locked.set()
+            conn.set_busy_timeout(int(LOCK_WAIT * 1000))
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except BaseException as exc:
+                failed.append(exc)
+                return
+            finally:
+                locked.set()
             release.wait()
             conn.execute("ROLLBACK")
         finally:
@@ -234,6 +249,9 @@ async def sqlite_write_lock(url: str) -> AsyncIterator[Callable[[], None]]:
     thread = threading.Thread(target=hold, name="river-test-sqlite-lock", daemon=True)
     thread.start()
     await anyio.to_thread.run_sync(locked.wait)
+    if failed:
+        await anyio.to_thread.run_sync(thread.join)
+        raise failed[0]
     try:
         yield release.set
     finally:

@@ -7,6 +7,8 @@ Every test runs on both loops and both databases and reads the rows back.
 from __future__ import annotations
 
 import functools
+import logging
+import time
 from typing import Any
 
 import anyio
@@ -376,3 +378,35 @@ async def test_an_insert_only_client_needs_no_stop(database_url: str) -> None:
     async with other_driver(database_url) as driver:
         row = await driver.executor().job_get_by_id(job.id)
     assert row is not None and row.state is river.JobState.AVAILABLE
+
+
+# --- event-loop lag monitor -------------------------------------------------------------------
+
+
+async def test_a_blocked_loop_is_reported_as_lag(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Blocking the loop (here: a synchronous sleep in the test's own task, which shares the
+    loop with the client) shows in the diagnostics, a warning and a ``loop_lag`` event."""
+    # Short samples: the monitor is always inside a sleep of at most 50 ms when the block
+    # begins, so it wakes at least 250 ms late.
+    monkeypatch.setattr(_supervisor, "LAG_SAMPLE", 0.05)
+    block = 0.3
+    caplog.set_level(logging.WARNING, logger="river_anyio")
+    with anyio.fail_after(SOON):
+        async with river.open_client(
+            database_url, id=CLIENT, queues=queues(), workers=Gate().workers()
+        ) as run:
+            with run.subscribe(river.EventKind.LOOP_LAG) as sub:
+                time.sleep(block)  # noqa: ASYNC251 - blocks the event loop, on purpose
+                event = await next_event(sub, river.EventKind.LOOP_LAG)
+                while event.details["lag"] < block - 0.06:  # an earlier, smaller lag
+                    event = await next_event(sub, river.EventKind.LOOP_LAG)
+            diagnostics = run.diagnostics
+    assert diagnostics.loop_lag_max >= block - 0.06
+    assert event.details["lag"] <= diagnostics.loop_lag_max
+    warnings = [r for r in caplog.records if getattr(r, "river_event", None) == "loop_lag"]
+    assert warnings and all(r.levelno == logging.WARNING for r in warnings)
+    assert any(
+        f"event loop lag {event.details['lag'] * 1000:.0f} ms" == r.getMessage() for r in warnings
+    )

@@ -498,15 +498,18 @@ class PostgresExecutor:
         if not completions:
             return []
         values = _completion_columns(completions, client_id)
-        query = self._q.job_set_state_if_running_many
+        q = self._q
+        query = (
+            q.job_set_state_if_running_many if return_rows else q.job_set_state_if_running_many_lean
+        )
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
             cur = await conn.cursor(binary=True).execute(query, values)
             return await cur.fetchall()
 
         rows = await self._run(op)
-        if not return_rows:
-            return [CompletionResult(id=row[0], applied=row[18]) for row in rows]
+        if not return_rows:  # (id, applied, ordinal)
+            return [CompletionResult(id=row[0], applied=row[1]) for row in rows]
         return [
             CompletionResult(id=job.id, job=job, applied=row[18])
             for job, row in zip(rows_to_jobs(rows), rows, strict=True)

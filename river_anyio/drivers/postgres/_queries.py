@@ -87,6 +87,7 @@ class Queries:
     job_get_available: str
     job_get_available_kinds: str
     job_set_state_if_running_many: str
+    job_set_state_if_running_many_lean: str
     job_cancel: str
     queue_create_or_set_updated_at: str
     queue_get: str
@@ -152,6 +153,7 @@ RETURNING {cols}, xmax::text <> '0'"""
             job_get_available=claim,
             job_get_available_kinds=claim_kinds,
             job_set_state_if_running_many=_set_state_many(p),
+            job_set_state_if_running_many_lean=_set_state_many(p, lean=True),
             job_cancel=_cancel(p, control),
             queue_create_or_set_updated_at=f"""
 INSERT INTO {p}river_queue AS q (name, created_at, metadata, paused_at, updated_at)
@@ -232,7 +234,7 @@ def _from_micros(expr: str) -> str:
     )
 
 
-def _set_state_many(p: str) -> str:
+def _set_state_many(p: str, *, lean: bool = False) -> str:
     """The batch completion. Parameters (one text per column, see ``_executor``): ids,
     attempts and states joined by commas; new attempts, finalized_at and scheduled_at
     (microseconds since the epoch) each element preceded by a comma, so an empty one is
@@ -240,9 +242,10 @@ def _set_state_many(p: str) -> str:
 
     A row takes the new state only while it is running the given attempt for this client
     (``applies``); metadata updates merge either way. Rows left alone are read back as they
-    are; results follow the input order.
+    are; results follow the input order. ``lean``: only the id and whether it applied (no
+    rows to decode when nobody needs them).
     """
-    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
+    jcols = "j.id" if lean else ", ".join("j." + c for c in JOB_COLUMNS)
     return f"""
 WITH input AS (
     SELECT *
@@ -321,7 +324,7 @@ SELECT {jcols}, false, t.ord
 FROM target AS t
 JOIN {p}river_job AS j ON j.id = t.id
 WHERE NOT t.applies AND t.metadata IS NULL
-ORDER BY {len(JOB_COLUMNS) + 2}"""
+ORDER BY {(1 if lean else len(JOB_COLUMNS)) + 2}"""
 
 
 def _cancel(p: str, channel: str) -> str:
