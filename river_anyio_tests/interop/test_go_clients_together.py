@@ -318,6 +318,46 @@ async def test_one_leader_between_go_and_river_anyio_and_handover_to_go(
                 assert note["action"] == "resigned"
 
 
+async def test_river_go_takes_over_a_river_anyio_lease_left_to_expire(
+    river_go: RiverGo, database_url: str
+) -> None:
+    """A lease river_anyio wrote and never renewed (a client that died) is free for River Go
+    once it expires, by River Go's reading of its timestamps; and River Go's own lease is
+    live, by river_anyio's reading, until its ``expires_at``."""
+    url = database_url
+    async with open_driver(url) as driver:
+        async with driver.transaction() as tx:
+            # one of River Go's rounds minus its jitter: live at Go's first bid, expired by
+            # its second (five to six seconds after the first)
+            dead = await tx.leader_attempt_elect(leader_id="died", ttl=5.0, now=None)
+        assert dead is not None
+        async with river_go.run(
+            url, queues={QUEUE: 1}, kinds=[Task.kind], report_leader=True
+        ) as go:
+            await go.wait_for("elector", message=GAINED, within=GO_ROUND + 5)
+            bids = [m for m in elector_lines(go) if m in (BID, DENIED, GAINED)]
+            assert bids == [BID, DENIED, BID, GAINED]
+            await go.wait_for("leader", is_leader=True, leader_id=go.client_id)
+            # (River Go renews five seconds after its election: these checks take much less)
+            lease = await driver.executor().leader_get_elected()
+            assert lease is not None and lease.leader_id == go.client_id
+            assert lease.expires_at - lease.elected_at >= dt.timedelta(seconds=15)  # Go's TTL
+            just_before = lease.expires_at - dt.timedelta(milliseconds=1)
+            assert await driver.executor().leader_delete_expired(now=just_before) == 0
+            with pytest.raises(Rollback):  # not to take the lease from under River Go
+                async with driver.transaction() as tx:
+                    after = lease.expires_at + dt.timedelta(milliseconds=1)
+                    assert await tx.leader_delete_expired(now=after) == 1
+                    raise Rollback
+            kept = await driver.executor().leader_get_elected()
+            assert kept is not None
+            assert (kept.leader_id, kept.elected_at) == (lease.leader_id, lease.elected_at)
+
+
+class Rollback(Exception):
+    pass
+
+
 async def test_never_leader_river_anyio_beside_river_go(
     river_go: RiverGo, database_url: str
 ) -> None:
