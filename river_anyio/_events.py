@@ -43,10 +43,12 @@ class EventKind(enum.StrEnum):
     COMPLETION_DROPPED = "completion_dropped"
     #: This subscriber missed ``details["count"]`` events because its buffer was full.
     EVENTS_DROPPED = "events_dropped"
-    #: This client was elected leader (``details``: ``client_id``, ``elected_at``).
+    #: This client was elected leader (``details``: ``client_id``, ``elected_at``). Sent when it
+    #: happens, not replayed to later subscribers: a client may be elected before a
+    #: subscription made just after it started, so check ``ClientRun.is_leader`` first.
     LEADER_ELECTED = "leader_elected"
-    #: This client stopped leading (``details``: ``client_id``, ``reason``: "lost", "resigned"
-    #: or "stopping").
+    #: This client stopped leading (``details``: ``client_id``, ``reason``: "lost",
+    #: "expired" (not renewed in time), "resigned" or "stopping").
     LEADER_LOST = "leader_lost"
     #: A maintenance service's run failed; it runs again at its next interval
     #: (``details["service"]`` names it; ``error`` says what went wrong).

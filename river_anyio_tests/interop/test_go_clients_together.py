@@ -1,22 +1,29 @@
 """River Go and river_anyio clients running together on one database: one leader between
-them, handed over when the leader stops; and a gradual migration of job kinds, where each
-client fetches only the kinds it knows from a shared queue.
+them, handed over when the leader stops (either way); never-leader river_anyio clients beside
+a River Go leader; and a gradual migration of job kinds, where each client fetches only the
+kinds it knows from a shared queue.
 
-The leadership tests need river_anyio's leader election (``leader_elected``/``leader_lost``
-events, the ``leader_election_disabled`` option); they skip while it is absent and run as soon
-as it exists.
+River Go's side of leadership is read two ways: the program's ``leader`` lines (who holds
+``river_leader``) and its ``elector`` lines (River Go's elector's own log records: bids,
+elections, notifications received). River Go's elector runs at its fixed 5 s interval;
+river_anyio's runs at a short private interval here, so "must not happen" checks are bounded
+by River Go's rounds, not ours.
 """
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+import contextlib
+import datetime as dt
+import json
+from collections.abc import AsyncIterator
+from typing import Any, ClassVar, cast
 
 import anyio
 import pytest
+from anyio.abc import TaskStatus
 
 import river_anyio as river
-from river_anyio._errors import ConfigError
-from river_anyio._runtime._supervisor import _config_from
+from river_anyio.drivers import TOPIC_LEADERSHIP, Driver, Executor, LeaderRow, Listener, open_driver
 
 from ._river_go import GoRun, RiverGo
 from ._shared import CLIENT_OPTIONS, QUEUE, ScriptedWorker, Task, collect, task_json
@@ -24,24 +31,6 @@ from ._shared import CLIENT_OPTIONS, QUEUE, ScriptedWorker, Task, collect, task_
 pytestmark = pytest.mark.anyio
 
 E = river.EventKind
-
-
-def _accepts_option(name: str, value: object) -> bool:
-    try:
-        _config_from("sqlite:///unused.sqlite3", {name: value})
-    except ConfigError as exc:
-        return exc.field != name
-    return True
-
-
-HAS_LEADERSHIP = {"LEADER_ELECTED", "LEADER_LOST"} <= set(E.__members__)
-HAS_NEVER_LEADER = _accepts_option("leader_election_disabled", True)
-needs_leadership = pytest.mark.skipif(
-    not HAS_LEADERSHIP, reason="needs leadership (river_anyio has no leader_elected events yet)"
-)
-needs_never_leader = pytest.mark.skipif(
-    not HAS_NEVER_LEADER, reason="needs leadership (no leader_election_disabled option yet)"
-)
 
 
 class Moved(Task):
@@ -72,12 +61,53 @@ def go_is_leader(go: GoRun) -> bool:
     return bool(lines and lines[-1]["is_leader"])
 
 
+#: River Go's elector, in its own words (the program prints its log records as "elector" lines).
+GAINED = "Gained leadership"
+BID = "Attempting to gain leadership"
+DENIED = "Leadership bid was unsuccessful (not an error)"
+REELECT = "Current leader attempting reelect"
+NOTIFIED = "Received notification from notifier"
+RESIGNED = "Resigned leadership successfully"
+#: River Go's election round: a follower bids every 5 s plus up to 1 s of jitter; a leader
+#: renews every 5 s. Its lease lasts 15 s.
+GO_ROUND = 6.0
+#: river_anyio's election interval in these tests (River Go keeps its own 5 s): a lease of
+#: three intervals, renewed every interval, so an unrenewed lease would expire twice within
+#: one of River Go's rounds.
+INTERVAL = 1.0
+#: A river_anyio election interval longer than any of these tests' waits.
+SLOW = 60.0
+
+
+async def until_leader(run: river.ClientRun, sub: river.Subscription) -> None:
+    """Until ``run`` leads (``sub`` subscribed to leader_elected: it may have been elected
+    before the subscription, so its state is checked first)."""
+    if not run.is_leader:
+        await wait_leader_event(sub, "leader_elected")
+    assert run.is_leader
+
+
+def elector_lines(go: GoRun) -> list[str]:
+    return [line["message"] for line in go.find("elector")]
+
+
+async def leader_notes(
+    listener: Listener,
+    into: list[dict[str, Any]],
+    *,
+    task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Every payload on ``river_leadership``, into ``into``."""
+    await listener.listen(TOPIC_LEADERSHIP)
+    task_status.started()
+    async for note in listener:
+        into.append(json.loads(note.payload))
+
+
 @pytest.mark.parametrize("never_leader", [False, True])
 async def test_gradual_migration_each_client_fetches_only_its_kinds(
     river_go: RiverGo, database_url: str, never_leader: bool
 ) -> None:
-    if never_leader and not HAS_NEVER_LEADER:
-        pytest.skip("needs leadership (no leader_election_disabled option yet)")
     url = database_url
     worker = ScriptedWorker()
     extra: dict[str, Any] = {"leader_election_disabled": True} if never_leader else {}
@@ -87,7 +117,7 @@ async def test_gradual_migration_each_client_fetches_only_its_kinds(
             queues={QUEUE: 10},
             kinds=[LEGACY],
             fetch_only_known_kinds=True,
-            report_leader=never_leader,
+            report_leader=True,
         ) as go,
         river.open_client(
             url,
@@ -111,8 +141,16 @@ async def test_gradual_migration_each_client_fetches_only_its_kinds(
             for job_id in legacy:
                 await go.wait_for("job_completed", id=job_id)
             if never_leader:
-                await go.wait_until(lambda: go_is_leader(go), "River Go elected")
-                assert not [e for e in sub_events(sub) if e.kind == "leader_elected"]
+                # River Go leads (and runs the maintenance) for both
+                await go.wait_for("elector", message=GAINED)
+                assert go_is_leader(go) and not run.is_leader
+            else:
+                # one of the two leads
+                await go.wait_until(
+                    lambda: go.find("leader") and go.find("leader")[-1]["leader_id"],
+                    "a leader",
+                )
+                assert run.is_leader != go_is_leader(go)
 
     assert all(e.kind is E.JOB_COMPLETED for e in events.values())
     for job_id in moved:
@@ -127,16 +165,6 @@ async def test_gradual_migration_each_client_fetches_only_its_kinds(
     assert {j.kind for j in worker.jobs} == {Moved.kind}
 
 
-def sub_events(sub: river.Subscription) -> list[river.Event]:
-    out = []
-    while True:
-        try:
-            out.append(sub.receive_nowait())
-        except anyio.WouldBlock:
-            return out
-
-
-@needs_leadership
 async def test_one_leader_between_go_and_river_anyio_and_handover_to_river_anyio(
     river_go: RiverGo, database_url: str
 ) -> None:
@@ -145,24 +173,105 @@ async def test_one_leader_between_go_and_river_anyio_and_handover_to_river_anyio
     async with river_go.run(
         url, queues={QUEUE: 5}, kinds=[Task.kind], client_id="go-first", report_leader=True
     ) as go:
-        await go.wait_for("leader", is_leader=True)
+        await go.wait_for("elector", message=GAINED)
+        await go.wait_for("leader", is_leader=True, leader_id="go-first")
+        async with (
+            river.open_client(
+                url,
+                queues={QUEUE: river.QueueConfig(max_workers=5)},
+                workers=python_workers(worker),
+                _elect_interval=INTERVAL,
+                **CLIENT_OPTIONS,
+            ) as run,
+            run.client.driver.listener() as listener,
+            anyio.create_task_group() as tg,
+        ):
+            notes: list[dict[str, Any]] = []
+            await tg.start(leader_notes, listener, notes)
+            with run.subscribe("leader_elected", "leader_lost") as sub:
+                # Go leads: river_anyio bids every second and must lose every bid, over one
+                # of River Go's rounds (in which Go renews its lease at least once)
+                renewals = len(go.find("elector", message=REELECT))
+                with anyio.move_on_after(GO_ROUND):
+                    await until_leader(run, sub)
+                    pytest.fail("river_anyio elected while River Go leads")
+                assert len(go.find("elector", message=REELECT)) > renewals
+                assert not run.is_leader and go_is_leader(go)
+                lines = elector_lines(go)
+                assert lines.count(GAINED) == 1
+                assert BID not in lines[lines.index(GAINED) :]  # Go did not drop back
+                await go.stop()  # River Go resigns
+                assert RESIGNED in elector_lines(go)
+                await until_leader(run, sub)
+                assert (await run.client.driver.executor().leader_get_elected()) is not None
+            tg.cancel_scope.cancel()
+        if url.startswith("postgres"):
+            # River Go's resignation told followers on river_leadership (River's SQLite
+            # driver tells nobody: a follower there finds the lease free on its next bid)
+            assert {"action": "resigned", "leader_id": "go-first"} in notes
+
+
+class BidWatch:
+    """A driver that tells when its client has bid for the lease and lost."""
+
+    def __init__(self, driver: Driver) -> None:
+        self._driver = driver
+        self.lost_bid = anyio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._driver, name)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[Any]:
+        async with self._driver.transaction() as tx:
+            yield _BidTx(tx, self.lost_bid)
+
+
+class _BidTx:
+    def __init__(self, tx: Executor, lost_bid: anyio.Event) -> None:
+        self._tx = tx
+        self._lost_bid = lost_bid
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._tx, name)
+
+    async def leader_attempt_elect(self, **kw: Any) -> LeaderRow | None:
+        row = await self._tx.leader_attempt_elect(**kw)
+        if row is None:
+            self._lost_bid.set()
+        return row
+
+
+async def test_river_anyio_follower_wakes_when_river_go_resigns(
+    river_go: RiverGo, pg_url: str
+) -> None:
+    """River Go's resignation (its ``resigned`` notification) wakes a river_anyio follower,
+    which bids at once instead of on its next round. PostgreSQL only: River's SQLite driver
+    sends no notification when it resigns."""
+    worker = ScriptedWorker()
+    async with (
+        river_go.run(
+            pg_url, queues={QUEUE: 5}, kinds=[Task.kind], client_id="go-first", report_leader=True
+        ) as go,
+        open_driver(pg_url) as driver,
+    ):
+        await go.wait_for("elector", message=GAINED)
+        watch = BidWatch(driver)
         async with river.open_client(
-            url,
+            cast(Driver, watch),
             queues={QUEUE: river.QueueConfig(max_workers=5)},
             workers=python_workers(worker),
+            _elect_interval=SLOW,  # its second bid would come SLOW seconds after the first
             **CLIENT_OPTIONS,
         ) as run:
-            with run.subscribe("leader_elected", "leader_lost") as sub:
-                # Go leads; river_anyio must not be elected too.
-                with anyio.move_on_after(6):  # more than one of River's 5 s election rounds
-                    await wait_leader_event(sub, "leader_elected")
-                    pytest.fail("river_anyio elected while River Go leads")
-                assert go_is_leader(go)
-                await go.stop()  # River Go resigns
-                await wait_leader_event(sub, "leader_elected")
+            with run.subscribe("leader_elected") as sub:
+                with anyio.fail_after(10):
+                    await watch.lost_bid.wait()  # its first bid lost to Go's lease
+                await go.stop()
+                with anyio.fail_after(SLOW / 2):
+                    await until_leader(run, sub)
 
 
-@needs_leadership
 async def test_one_leader_between_go_and_river_anyio_and_handover_to_go(
     river_go: RiverGo, database_url: str
 ) -> None:
@@ -172,22 +281,126 @@ async def test_one_leader_between_go_and_river_anyio_and_handover_to_go(
         url,
         queues={QUEUE: river.QueueConfig(max_workers=5)},
         workers=python_workers(worker),
+        _elect_interval=INTERVAL,
         **CLIENT_OPTIONS,
     ) as run:
         with run.subscribe("leader_elected", "leader_lost") as sub:
-            await wait_leader_event(sub, "leader_elected")
+            await until_leader(run, sub)
             async with river_go.run(
                 url, queues={QUEUE: 5}, kinds=[Task.kind], client_id="go-second",
                 report_leader=True,
             ) as go:  # fmt: skip
                 first = await go.wait_for("leader")
                 assert first["is_leader"] is False and first["leader_id"] == run.client.id
-                with anyio.move_on_after(6):
-                    await go.wait_for("leader", is_leader=True, within=6)
-                assert not go_is_leader(go), "River Go elected while river_anyio leads"
+                # Go bids at once and again one of its rounds later: both bids fail, the
+                # second long after river_anyio's three-second lease would have run out
+                # unrenewed
+                await go.wait_until(
+                    lambda: elector_lines(go).count(DENIED) >= 2 or GAINED in elector_lines(go),
+                    "River Go's second bid",
+                    within=GO_ROUND + 10,
+                )
+                assert GAINED not in elector_lines(go), "River Go elected while river_anyio leads"
+                assert run.is_leader and not go_is_leader(go)
+                with pytest.raises(anyio.WouldBlock):
+                    sub.receive_nowait()  # never lost its lease
                 run.stop()
                 await run.wait()
-                await go.wait_for("leader", is_leader=True)
+                lost = await wait_leader_event(sub, "leader_lost")
+                assert lost.details["reason"] == "stopping"
+                await go.wait_for("elector", message=GAINED, within=GO_ROUND + 5)
+                await go.wait_for("leader", is_leader=True, leader_id="go-second")
+                lines = elector_lines(go)
+                # Go bid at once because river_anyio's resignation woke it (River's
+                # `resigned` notification), not on its next round
+                assert lines.index(NOTIFIED) < lines.index(GAINED)
+                (note,) = go.find("elector", message=NOTIFIED)
+                assert note["action"] == "resigned"
+
+
+async def test_river_go_takes_over_a_river_anyio_lease_left_to_expire(
+    river_go: RiverGo, database_url: str
+) -> None:
+    """A lease river_anyio wrote and never renewed (a client that died) is free for River Go
+    once it expires, by River Go's reading of its timestamps; and River Go's own lease is
+    live, by river_anyio's reading, until its ``expires_at``."""
+    url = database_url
+    async with open_driver(url) as driver:
+        async with driver.transaction() as tx:
+            # one of River Go's rounds minus its jitter: live at Go's first bid, expired by
+            # its second (five to six seconds after the first)
+            dead = await tx.leader_attempt_elect(leader_id="died", ttl=5.0, now=None)
+        assert dead is not None
+        async with river_go.run(
+            url, queues={QUEUE: 1}, kinds=[Task.kind], report_leader=True
+        ) as go:
+            await go.wait_for("elector", message=GAINED, within=GO_ROUND + 5)
+            bids = [m for m in elector_lines(go) if m in (BID, DENIED, GAINED)]
+            assert bids == [BID, DENIED, BID, GAINED]
+            await go.wait_for("leader", is_leader=True, leader_id=go.client_id)
+            # (River Go renews five seconds after its election: these checks take much less)
+            lease = await driver.executor().leader_get_elected()
+            assert lease is not None and lease.leader_id == go.client_id
+            assert lease.expires_at - lease.elected_at >= dt.timedelta(seconds=15)  # Go's TTL
+            just_before = lease.expires_at - dt.timedelta(milliseconds=1)
+            assert await driver.executor().leader_delete_expired(now=just_before) == 0
+            with pytest.raises(Rollback):  # not to take the lease from under River Go
+                async with driver.transaction() as tx:
+                    after = lease.expires_at + dt.timedelta(milliseconds=1)
+                    assert await tx.leader_delete_expired(now=after) == 1
+                    raise Rollback
+            kept = await driver.executor().leader_get_elected()
+            assert kept is not None
+            assert (kept.leader_id, kept.elected_at) == (lease.leader_id, lease.elected_at)
+
+
+class Rollback(Exception):
+    pass
+
+
+async def test_never_leader_river_anyio_beside_river_go(
+    river_go: RiverGo, database_url: str
+) -> None:
+    """A never-leader river_anyio client never takes the lease, even when it is free; the
+    River Go leader's maintenance serves its jobs (here: makes a scheduled job available)."""
+    url = database_url
+    worker = ScriptedWorker()
+    async with river.open_client(
+        url,
+        queues={QUEUE: river.QueueConfig(max_workers=5)},
+        workers=python_workers(worker),
+        fetch_only_known_kinds=True,
+        leader_election_disabled=True,
+        _elect_interval=0.2,  # were it electing, it would bid five times a second
+        **CLIENT_OPTIONS,
+    ) as run:
+        with run.subscribe() as sub:
+            async with river_go.run(
+                url, queues={QUEUE: 5}, kinds=[LEGACY], fetch_only_known_kinds=True,
+                report_leader=True,
+            ) as go:  # fmt: skip
+                await go.wait_for("elector", message=GAINED)
+                # the lease was free when Go started: its first bid won
+                bids = [m for m in elector_lines(go) if m in (BID, DENIED, GAINED)]
+                assert bids[:2] == [BID, GAINED]
+                await go.wait_for("leader", is_leader=True, leader_id=go.client_id)
+                # no river_anyio scheduler here: River Go's makes the job available
+                at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.5)
+                inserted = await run.client.insert(
+                    Moved(label="later"), river.InsertOpts(queue=QUEUE, scheduled_at=at)
+                )
+                assert inserted.job.state is river.JobState.SCHEDULED
+                events = await collect(sub, [inserted.job.id], {E.JOB_COMPLETED})
+                done = events[inserted.job.id].job
+                assert done is not None and done.attempted_by == (run.client.id,)
+                assert not go.find("job_started", kind=Moved.kind)
+            assert RESIGNED in elector_lines(go)
+            # the lease is free again; an electing client would take it within its interval
+            with anyio.move_on_after(10 * 0.2):
+                await wait_leader_event(sub, "leader_elected")
+                pytest.fail("a never-leader client was elected")
+            assert not run.is_leader
+            assert (await run.client.driver.executor().leader_get_elected()) is None
 
 
 async def test_harness_reports_river_go_leadership_and_handover(

@@ -11,7 +11,8 @@
 //	cancel    -id N                                   -> row
 //	run       -queues q:n,... [-id ID] [-kinds k,...] [-fetch-only-known-kinds]
 //	          [-leader-election-disabled] [-report-leader]
-//	          JSON lines: started, job_started, job_* / queue_* events, leader, stopped.
+//	          JSON lines: started, job_started, job_* / queue_* events, leader and
+//	          elector (with -report-leader), stopped.
 //	          Stops gracefully on "stop" or EOF on stdin.
 package main
 
@@ -136,6 +137,49 @@ type api struct {
 
 func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+// electorLogger logs warnings to stderr like quietLogger, and also prints every record of
+// River's leadership elector (debug level included) as an "elector" line: River Go's own
+// account of its bids, elections, resignations and the leadership notifications it received.
+func electorLogger() *slog.Logger {
+	return slog.New(&electorHandler{inner: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})})
+}
+
+type electorHandler struct {
+	inner slog.Handler
+	attrs []slog.Attr
+}
+
+func (h *electorHandler) Enabled(context.Context, slog.Level) bool { return true }
+
+func (h *electorHandler) Handle(ctx context.Context, r slog.Record) error {
+	// The elector prefixes its messages with its service name, "leadership.Elector: ".
+	if _, msg, ok := strings.Cut(r.Message, "Elector: "); ok {
+		out := map[string]any{"event": "elector", "message": msg}
+		add := func(a slog.Attr) bool {
+			out[a.Key] = a.Value.Resolve().String()
+			return true
+		}
+		for _, a := range h.attrs {
+			add(a)
+		}
+		r.Attrs(add)
+		out["event"], out["message"] = "elector", msg
+		emit(out)
+	}
+	if r.Level >= slog.LevelWarn {
+		return h.inner.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *electorHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &electorHandler{inner: h.inner.WithAttrs(attrs), attrs: append(append([]slog.Attr{}, h.attrs...), attrs...)}
+}
+
+func (h *electorHandler) WithGroup(name string) slog.Handler {
+	return &electorHandler{inner: h.inner.WithGroup(name), attrs: h.attrs}
 }
 
 func newAPI(db *database, config *river.Config) (*api, error) {
@@ -534,9 +578,13 @@ func cmdRun(ctx context.Context, db *database, f runFlags) error {
 		}
 		queues[name] = river.QueueConfig{MaxWorkers: max}
 	}
+	logger := quietLogger()
+	if f.reportLeader {
+		logger = electorLogger()
+	}
 	config := &river.Config{
 		ID:                     f.id,
-		Logger:                 quietLogger(),
+		Logger:                 logger,
 		Queues:                 queues,
 		Workers:                workers,
 		FetchCooldown:          20 * time.Millisecond,
