@@ -37,7 +37,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def types(session: nox.Session) -> None:
-    session.install("-e", ".[all,opentelemetry,prometheus]", "mypy>=1.13")
+    session.install("-e", ".[all,opentelemetry,prometheus,starlette]", "pytest>=8.3", "mypy>=1.13")
     session.run("mypy")
 
 
