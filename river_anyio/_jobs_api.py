@@ -14,18 +14,15 @@ import builtins
 import datetime as dt
 import json
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Final, Literal
+from typing import Any, Final, Literal
 
 import attrs
 
+from ._api_common import ClientAPI, validate_limit
 from ._errors import JobRunningError, NotFoundError, ValidationError
 from ._job import JobRow, JobState
 from ._timeutil import format_rfc3339nano, parse_rfc3339, utc_now
 from .drivers import JobListQuery
-
-if TYPE_CHECKING:
-    from ._client import Client
-    from .drivers import Executor
 
 __all__ = [
     "MAX_OUTPUT_BYTES",
@@ -38,7 +35,6 @@ __all__ = [
 
 #: River's limit on a job's recorded output (32 MiB of encoded JSON).
 MAX_OUTPUT_BYTES: Final = 32 * 1024 * 1024
-LIST_MAX: Final = 10_000
 
 OrderBy = Literal["id", "time", "scheduled_at", "finalized_at"]
 _ORDER_FIELDS: Final = ("id", "time", "scheduled_at", "finalized_at")
@@ -194,12 +190,6 @@ def _states(value: object, field: str = "states") -> tuple[JobState, ...] | None
         ) from None
 
 
-def _limit(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LIST_MAX:
-        raise ValidationError("limit", f"must be an int between 1 and {LIST_MAX:,}", value)
-    return value
-
-
 def _job_id(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValidationError("job_id", "must be an int", value)
@@ -279,7 +269,7 @@ def _plan_list(
             order_by=time_field or "id",  # type: ignore[arg-type]
             descending=order == "desc",
             time_nullable=nullable,
-            limit=_limit(limit),
+            limit=validate_limit(limit),
         ),
         str(order_by),
         time_field,
@@ -302,15 +292,8 @@ def _plan_list(
 # --- the API --------------------------------------------------------------------------------
 
 
-class JobsAPI:
+class JobsAPI(ClientAPI):
     """``client.jobs``: River's job API. See the module docs for the ``*_tx`` variants."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def _ex(self, tx: object | None) -> Executor:
-        driver = self._client.driver
-        return driver.executor() if tx is None else driver.executor_for(tx)
 
     # get
 
@@ -322,10 +305,7 @@ class JobsAPI:
         return await self._get(tx, job_id)
 
     async def _get(self, tx: object | None, job_id: int) -> JobRow:
-        job = await self._ex(tx).job_get_by_id(_job_id(job_id))
-        if job is None:
-            raise NotFoundError(f"job {job_id} not found")
-        return job
+        return _found(await self._ex(tx).job_get_by_id(_job_id(job_id)), job_id)
 
     # list
 
@@ -401,9 +381,7 @@ class JobsAPI:
         job = await self._ex(tx).job_cancel(
             job_id=_job_id(job_id), cancel_attempted_at=utc_now(), notify=True
         )
-        if job is None:
-            raise NotFoundError(f"job {job_id} not found")
-        return job
+        return _found(job, job_id)
 
     # retry
 
@@ -417,10 +395,7 @@ class JobsAPI:
         return await self._retry(tx, job_id)
 
     async def _retry(self, tx: object | None, job_id: int) -> JobRow:
-        job = await self._ex(tx).job_retry(_job_id(job_id))
-        if job is None:
-            raise NotFoundError(f"job {job_id} not found")
-        return job
+        return _found(await self._ex(tx).job_retry(_job_id(job_id)), job_id)
 
     # delete
 
@@ -433,9 +408,7 @@ class JobsAPI:
         return await self._delete(tx, job_id)
 
     async def _delete(self, tx: object | None, job_id: int) -> JobRow:
-        job = await self._ex(tx).job_delete(_job_id(job_id))
-        if job is None:
-            raise NotFoundError(f"job {job_id} not found")
+        job = _found(await self._ex(tx).job_delete(_job_id(job_id)), job_id)
         if job.state is JobState.RUNNING:
             raise JobRunningError(f"job {job_id} is running; running jobs cannot be deleted")
         return job
@@ -488,7 +461,7 @@ class JobsAPI:
             priorities=_seq(priorities, "priorities", int),
             queues=_seq(queues, "queues", str),
             states=_states(states),
-            limit=_limit(limit),
+            limit=validate_limit(limit),
         )
         filtered = any(
             v is not None
@@ -544,9 +517,14 @@ class JobsAPI:
             job = await ex.job_get_by_id(job_id)
         else:
             job = await ex.job_update_metadata(job_id, encoded)
-        if job is None:
-            raise NotFoundError(f"job {job_id} not found")
-        return job
+        return _found(job, job_id)
+
+
+def _found(job: JobRow | None, job_id: int) -> JobRow:
+    """The job a call touched; :class:`NotFoundError` when there was none."""
+    if job is None:
+        raise NotFoundError(f"job {job_id} not found")
+    return job
 
 
 def _kw(local: dict[str, Any]) -> dict[str, Any]:

@@ -15,6 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ._api_common import ClientAPI, validate_limit
 from ._config import QueueConfig
 from ._errors import NotFoundError, ValidationError
 from ._job import validate_queue_name
@@ -22,11 +23,8 @@ from .drivers import TOPIC_CONTROL, QueueRow
 
 if TYPE_CHECKING:
     from ._client import Client
-    from .drivers import Executor
 
 __all__ = ["LocalQueueHost", "LocalQueues", "QueuesAPI"]
-
-LIST_MAX = 10_000
 
 
 def _name(value: object, *, wildcard: bool = False) -> str:
@@ -37,16 +35,9 @@ def _name(value: object, *, wildcard: bool = False) -> str:
     return value
 
 
-class QueuesAPI:
+class QueuesAPI(ClientAPI):
     """``client.queues``: River's queue API; every call has a ``*_tx`` twin that runs in the
     caller's transaction (its notification is delivered at commit)."""
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-
-    def _ex(self, tx: object | None) -> Executor:
-        driver = self._client.driver
-        return driver.executor() if tx is None else driver.executor_for(tx)
 
     async def get(self, name: str) -> QueueRow:
         """The queue's row; :class:`NotFoundError` when there is none (rows of queues nobody
@@ -64,10 +55,10 @@ class QueuesAPI:
 
     async def list(self, *, limit: int = 100) -> list[QueueRow]:
         """Queues ordered by name, at most ``limit`` (1 to 10,000)."""
-        return await self._ex(None).queue_list(limit=_limit(limit))
+        return await self._ex(None).queue_list(limit=validate_limit(limit))
 
     async def list_tx(self, tx: object, *, limit: int = 100) -> builtins.list[QueueRow]:
-        return await self._ex(tx).queue_list(limit=_limit(limit))
+        return await self._ex(tx).queue_list(limit=validate_limit(limit))
 
     async def pause(self, name: str) -> None:
         """Pause a queue (``"*"``: every queue with a row) on every client: producers stop
@@ -129,12 +120,6 @@ class QueuesAPI:
             )
             await ex.notify_many(TOPIC_CONTROL, [payload])
         return row
-
-
-def _limit(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= LIST_MAX:
-        raise ValidationError("limit", f"must be an int between 1 and {LIST_MAX:,}", value)
-    return value
 
 
 class LocalQueueHost(Protocol):

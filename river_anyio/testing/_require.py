@@ -147,32 +147,24 @@ class ExpectedJob:
         )
 
 
-def _executor(source: object) -> Executor:
+def _driver(source: object) -> Driver:
     if isinstance(source, ClientRun):
-        return source.client.driver.executor()
+        return source.client.driver
     if isinstance(source, Client):
-        return source.driver.executor()
+        return source.driver
     if callable(getattr(source, "executor", None)) and hasattr(source, "executor_for"):
-        executor: Executor = source.executor()  # type: ignore[attr-defined]
-        return executor
+        return source  # type: ignore[return-value]
     raise TypeError(
         f"expected a Client, ClientRun or driver to read jobs through, not {type(source).__name__}"
     )
 
 
+def _executor(source: object) -> Executor:
+    return _driver(source).executor()
+
+
 def _tx_executor(source: object, tx: object) -> Executor:
-    if isinstance(source, ClientRun):
-        driver: Driver = source.client.driver
-    elif isinstance(source, Client):
-        driver = source.driver
-    elif hasattr(source, "executor_for"):
-        driver = source  # type: ignore[assignment]
-    else:
-        raise TypeError(
-            f"expected a Client, ClientRun or driver to read jobs through, "
-            f"not {type(source).__name__}"
-        )
-    return driver.executor_for(tx)
+    return _driver(source).executor_for(tx)
 
 
 async def _rows_of_kinds(ex: Executor, kinds: Sequence[str]) -> list[JobRow]:

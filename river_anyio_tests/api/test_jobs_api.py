@@ -7,15 +7,14 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import ClassVar
 
 import attrs
 import pytest
 
 import river_anyio as river
-from river_anyio.drivers import open_driver
+
+from .support import Undo, client_on
 
 pytestmark = pytest.mark.anyio
 S = river.JobState
@@ -32,17 +31,6 @@ class Task:
 class Other:
     kind: ClassVar[str] = "api_other"
     n: int = 0
-
-
-class Undo(Exception):
-    pass
-
-
-@asynccontextmanager
-async def client_on(url: str) -> AsyncIterator[river.Client]:
-    """A client built on a driver, as for inserting and managing jobs without working them."""
-    async with open_driver(url) as driver:
-        yield river.Client(driver, id="api-client", max_attempts=25)
 
 
 async def insert(client: river.Client, *args: object, **opts: object) -> list[river.JobRow]:

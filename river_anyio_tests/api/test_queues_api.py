@@ -5,27 +5,17 @@ producers are tested in ``runtime/test_client_apis.py``."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
 import pytest
 
 import river_anyio as river
-from river_anyio.drivers import TOPIC_CONTROL, Listener, open_driver
+from river_anyio.drivers import TOPIC_CONTROL, Listener
+
+from .support import Undo, client_on
 
 pytestmark = pytest.mark.anyio
-
-
-class Undo(Exception):
-    pass
-
-
-@asynccontextmanager
-async def client_on(url: str) -> AsyncIterator[river.Client]:
-    async with open_driver(url) as driver:
-        yield river.Client(driver, id="api-client", max_attempts=25)
 
 
 async def controls(listener: Listener, n: int) -> list[dict[str, Any]]:

@@ -213,6 +213,18 @@ async def greeting(app: Starlette) -> AsyncIterator[dict[str, Any]]:
     yield {"greeting": "hello"}
 
 
+def crashing_lifespan(url: str, monkeypatch: pytest.MonkeyPatch) -> RiverLifespan:
+    """A lifespan whose client crashes on its producer's second fetch (after an insert)."""
+    crash_on_second_fetch(monkeypatch)
+    return river_lifespan(
+        url,
+        lifespan=greeting,
+        queues={"default": river.QueueConfig(max_workers=2)},
+        workers=noop_workers(),
+        fetch_cooldown=0.01,
+    )
+
+
 async def test_a_crashing_client_stops_the_server_with_the_error(
     database_url: str,
     anyio_backend: str,
@@ -221,14 +233,7 @@ async def test_a_crashing_client_stops_the_server_with_the_error(
 ) -> None:
     """With ``shutdown_trigger`` (needed by Hypercorn's asyncio worker, which otherwise
     reports a lifespan failure only at shutdown) the server stops by itself."""
-    crash_on_second_fetch(monkeypatch)
-    lifespan = river_lifespan(
-        database_url,
-        lifespan=greeting,
-        queues={"default": river.QueueConfig(max_workers=2)},
-        workers=noop_workers(),
-        fetch_cooldown=0.01,
-    )
+    lifespan = crashing_lifespan(database_url, monkeypatch)
     port = free_port()
     never = anyio.Event()
     caplog.set_level(logging.ERROR, logger="river_anyio.client")
@@ -264,14 +269,7 @@ async def test_a_crashing_client_stops_the_server_with_the_error(
 async def test_under_hypercorns_trio_worker_a_crash_ends_the_server_without_a_trigger(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
 ) -> None:
-    crash_on_second_fetch(monkeypatch)
-    lifespan = river_lifespan(
-        sqlite_url,
-        lifespan=greeting,
-        queues={"default": river.QueueConfig(max_workers=2)},
-        workers=noop_workers(),
-        fetch_cooldown=0.01,
-    )
+    lifespan = crashing_lifespan(sqlite_url, monkeypatch)
     port = free_port()
     never = anyio.Event()
     with anyio.fail_after(SOON * 2):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 import anyio
@@ -92,6 +93,20 @@ def _workers(telemetry: Telemetry) -> river.Workers:
     return workers
 
 
+def _working_client(
+    url: str, telemetry: Telemetry, middleware: OpenTelemetryMiddleware, **options: Any
+) -> AbstractAsyncContextManager[river.ClientRun]:
+    """A client working ``default`` with :func:`_workers` under ``middleware``."""
+    return river.open_client(
+        url,
+        queues=queues(),
+        workers=_workers(telemetry),
+        middleware=[middleware],
+        fetch_cooldown=0.01,
+        **options,
+    )
+
+
 pytestmark = pytest.mark.anyio
 
 
@@ -99,13 +114,7 @@ async def test_a_worked_job_has_river_spans_and_metrics(
     database_url: str, telemetry: Telemetry
 ) -> None:
     with anyio.fail_after(SOON):
-        async with river.open_client(
-            database_url,
-            queues=queues(),
-            workers=_workers(telemetry),
-            middleware=[telemetry.middleware()],
-            fetch_cooldown=0.01,
-        ) as run:
+        async with _working_client(database_url, telemetry, telemetry.middleware()) as run:
             with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
                 job = (
                     await run.client.insert(Task(), river.InsertOpts(tags=["tag_one", "tag_two"]))
@@ -177,12 +186,10 @@ async def test_outcomes_set_status_and_flags(database_url: str, telemetry: Telem
         river.EventKind.JOB_CANCELLED,
     }
     with anyio.fail_after(SOON):
-        async with river.open_client(
+        async with _working_client(
             database_url,
-            queues=queues(),
-            workers=_workers(telemetry),
-            middleware=[telemetry.middleware(work_span_job_kind_suffix=True)],
-            fetch_cooldown=0.01,
+            telemetry,
+            telemetry.middleware(work_span_job_kind_suffix=True),
             job_timeout=0.2,
         ) as run:
             with run.subscribe(*done) as sub:
@@ -272,12 +279,8 @@ async def test_trace_propagation_links_the_work_span_to_the_insert(
 ) -> None:
     tracer = telemetry.tracer_provider.get_tracer("app")
     with anyio.fail_after(SOON):
-        async with river.open_client(
-            database_url,
-            queues=queues(),
-            workers=_workers(telemetry),
-            middleware=[telemetry.middleware(trace_propagation=True)],
-            fetch_cooldown=0.01,
+        async with _working_client(
+            database_url, telemetry, telemetry.middleware(trace_propagation=True)
         ) as run:
             with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
                 with tracer.start_as_current_span("request"):

@@ -8,8 +8,6 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any, ClassVar
 
 import anyio
@@ -17,8 +15,8 @@ import attrs
 import pytest
 
 import river_anyio as river
-from river_anyio.drivers import open_driver
 
+from ..api.support import client_on
 from .conftest import (
     WAIT,
     FixedClock,
@@ -46,11 +44,17 @@ class FollowUp:
     parent: int = 0
 
 
-@asynccontextmanager
-async def outside(url: str) -> AsyncIterator[river.Client]:
-    """Another client, on its own connections, that works no jobs."""
-    async with open_driver(url) as driver:
-        yield river.Client(driver, id="outsider", max_attempts=25)
+def waiting_workers() -> tuple[river.Workers, anyio.Event]:
+    """Workers whose ``Task`` worker waits until cancelled, and the event it sets on starting."""
+    started = anyio.Event()
+
+    async def waits(ctx: river.WorkContext, job: river.Job[Task]) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    workers = river.Workers()
+    workers.add(Task, waits)
+    return workers, started
 
 
 # --- cancel ---------------------------------------------------------------------------------------
@@ -63,17 +67,10 @@ async def test_cancel_stops_a_running_job_promptly(
     """A worker that waits forever is stopped by ``jobs.cancel``: from another client through
     River's control notification, or (poll-only, nothing to listen to) from the client
     running it, which applies it to its own producers at once."""
-    started = anyio.Event()
-
-    async def waits(ctx: river.WorkContext, job: river.Job[Task]) -> None:
-        started.set()
-        await anyio.sleep_forever()
-
-    workers = river.Workers()
-    workers.add(Task, waits)
+    workers, started = waiting_workers()
     async with (
         running(database_url, workers, clock=clock, job_timeout=None, poll_only=poll_only) as run,
-        outside(database_url) as other,
+        client_on(database_url, id="outsider") as other,
     ):
         canceller = run.client if poll_only else other
         with run.subscribe(K.JOB_CANCELLED, K.JOB_COMPLETED, K.JOB_FAILED) as events:
@@ -104,7 +101,7 @@ async def test_pause_and_resume_all_reach_running_producers(database_url: str) -
     queues = {"default": river.QueueConfig(max_workers=2), "q2": river.QueueConfig(max_workers=2)}
     async with (
         running(database_url, workers, queues=queues) as run,
-        outside(database_url) as other,
+        client_on(database_url, id="outsider") as other,
     ):
         with run.subscribe(K.QUEUE_PAUSED, K.QUEUE_RESUMED, K.JOB_COMPLETED) as events:
             await other.queues.pause("*")
@@ -210,19 +207,12 @@ async def test_local_queues_add_and_remove(database_url: str) -> None:
 async def test_local_queue_added_to_a_client_started_without_queues(database_url: str) -> None:
     """A client with workers but no queues at start listens anyway, so a queue added later
     hears control notifications (here a remote cancel)."""
-    started = anyio.Event()
-
-    async def waits(ctx: river.WorkContext, job: river.Job[Task]) -> None:
-        started.set()
-        await anyio.sleep_forever()
-
-    workers = river.Workers()
-    workers.add(Task, waits)
+    workers, started = waiting_workers()
     async with (
         river.open_client(
             database_url, workers=workers, job_timeout=None, fetch_cooldown=0.01
         ) as run,
-        outside(database_url) as other,
+        client_on(database_url, id="outsider") as other,
     ):
         await run.client.local_queues.add("late", river.QueueConfig(max_workers=1))
         with run.subscribe(K.JOB_CANCELLED) as events:
@@ -316,7 +306,7 @@ async def test_complete_tx_commits_with_the_worker_transaction(
 
 
 async def test_complete_tx_needs_a_running_job(database_url: str) -> None:
-    async with outside(database_url) as client:
+    async with client_on(database_url, id="outsider") as client:
         job = (await client.insert(Task())).job
         ctx = river.WorkContext(client=client, job=job, deadline=None)
         with pytest.raises(river.ValidationError, match="job must be running"):

@@ -197,5 +197,7 @@ async def test_bad_arguments_are_rejected_clearly(sqlite_url: str) -> None:
             await require_inserted(run, Email, state="bogus")
         with pytest.raises(TypeError, match="Client, ClientRun or driver"):
             await require_inserted(object(), Email)  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="Client, ClientRun or driver"):
+            await require_inserted_tx(object(), object(), Email)  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="sequence"):
             await require_many_inserted(run, Email)  # type: ignore[arg-type]
