@@ -193,7 +193,10 @@ async def _execute(
         process_runner=process_runner,
     )
     with send, receive:
-        await executor.execute(row, {})
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(executor.watch_timeouts)  # the job's timeout, as in a producer
+            await executor.execute(row, {})
+            tg.cancel_scope.cancel()
         finished = receive.receive_nowait()
     updates: Mapping[str, Any] = {}
     if finished.completion.metadata_updates is not None:
