@@ -59,12 +59,23 @@ class Finished:
     completion: JobCompletion
     kind: EventKind
     error: str | None
-    queue_wait: dt.timedelta
-    run_time: dt.timedelta
+    #: the attempt's start on the client's clock, and its start and end on the monotonic one
+    #: (the timings are only worked out for events)
+    start: dt.datetime
+    started: float
     finished_at: float = attrs.field(factory=time.monotonic)
     #: the worker completed the job in its own transaction (``ctx.complete_tx``): the row
     #: not being running any more is expected, not a race
     completed_tx: bool = False
+
+    @property
+    def queue_wait(self) -> dt.timedelta:
+        """From the job's ``scheduled_at`` to the attempt's start (never negative)."""
+        return max(self.start - self.row.scheduled_at, dt.timedelta(0))
+
+    @property
+    def run_time(self) -> dt.timedelta:
+        return dt.timedelta(seconds=self.finished_at - self.started)
 
 
 @attrs.frozen(kw_only=True)

@@ -54,14 +54,13 @@ if TYPE_CHECKING:
     from .._client import Client
     from ._clock import Clock
 
-__all__ = ["JobExecutor", "UnknownJobKindError"]
+__all__ = ["Attempt", "JobExecutor", "UnknownJobKindError"]
 
 logger = logging.getLogger("river_anyio.executor")
 
 #: Retries and snoozes due within this are written ``available`` (River's scheduler interval).
 NEAR_FUTURE = dt.timedelta(seconds=5)
 MAX_ERROR_TEXT = 32_768
-_ZERO = dt.timedelta(0)
 _default_policy = DefaultRetryPolicy()
 
 
@@ -114,6 +113,36 @@ class _Failure:
         self.trace = trace
 
 
+class Attempt:
+    """One attempt at a job, from :meth:`JobExecutor.begin` to :meth:`JobExecutor.end`."""
+
+    __slots__ = (
+        "ctx",
+        "deadline",
+        "job",
+        "reg",
+        "remote",
+        "result",
+        "row",
+        "start",
+        "started",
+        "timeout",
+    )
+
+    def __init__(self, row: JobRow, start: dt.datetime, started: float) -> None:
+        self.row = row
+        self.start = start
+        self.started = started
+        self.reg: Registration | None = None
+        self.job: Job[Any] | None = None
+        self.ctx: WorkContext | None = None
+        self.timeout: float | None = None
+        self.deadline = math.inf
+        self.result: Any = None
+        #: cancelled remotely while it ran
+        self.remote = False
+
+
 class JobExecutor:
     """Executes claimed jobs for one producer."""
 
@@ -140,72 +169,121 @@ class JobExecutor:
         self._watch_wake = Wakeup()
 
     async def execute(self, row: JobRow, scopes: dict[int, anyio.CancelScope]) -> None:
-        """Run one job to its completion (or interruption) and hand the result on."""
-        start = self._clock.now()
-        started = time.monotonic()
-        reg = self._config.workers.get(row.kind)
-        result: Any = None
-        job: Job[Any] | None = None
+        """Run one job, in a cancel scope of its own, to its completion (or interruption) and
+        hand the result on."""
+        attempt = self.begin(row)
         try:
-            if reg is None:
-                result = _Failure(UnknownJobKindError(row.kind), trace=False)
-            else:
-                try:
-                    job = Job(row, structure_args(row.args, reg.args_cls))
-                except Exception as exc:
-                    result = _Failure(ValueError(f"cannot decode args of {row.kind!r}: {exc}"))
-            if reg is not None and job is not None:
-                own = reg.job_timeout(job)
-                timeout = self._config.job_timeout if isinstance(own, _Unset) else own
-                deadline = anyio.current_time() + timeout if timeout is not None else float("inf")
-                ctx = WorkContext(
-                    client=self._client, job=row, deadline=None if timeout is None else deadline
-                )
-                result = _PENDING
+            if attempt.job is not None:
                 with anyio.CancelScope() as scope:
-                    scopes[row.id] = scope
-                    if timeout is not None:
-                        self._deadlines[row.id] = (deadline, scope)
-                        if deadline < self._watch_at:
-                            self._watch_at = deadline
-                            self._watch_wake.set()
-                    try:
-                        result = await self._invoke(reg, ctx, job)
-                    except Exception as exc:
-                        result = _Failure(exc)
-                    finally:
-                        self._deadlines.pop(row.id, None)
-                        if scope.cancel_called:
-                            ctx.cancelled.set()
-                remote = row.id in self.remote_cancelled
-                if ctx._resumable is not None or has_progress(row.metadata):
-                    result = _resumable_outcome(ctx, result)
-                if not isinstance(result, _OUTCOMES) and result is not _PENDING:
-                    result = _bad_return(row, result)  # an error like any other (handler too)
-                if result is _PENDING:  # our own scope stopped the worker
-                    if remote:
-                        result = CancelOutcome(REMOTE_CANCEL_REASON)
-                    else:
-                        assert timeout is not None
-                        result = _Failure(JobTimeoutError(timeout), trace=False)
-                elif remote and result is not None:
-                    # River: once cancelled remotely, anything but a clean success cancels
-                    result = CancelOutcome(REMOTE_CANCEL_REASON)
-                if isinstance(result, _Failure) and not remote:
-                    result = await self._handle_error(row, result)
-                finished = self._finish(row, reg, job, result, start, started, ctx)
-            else:
-                if isinstance(result, _Failure):
-                    result = await self._handle_error(row, result)
-                finished = self._finish(row, reg, job, result, start, started, None)
+                    await self.run(attempt, scope, scopes)
         except anyio.get_cancelled_exc_class():
-            # The client is stopping and cancelled this job: give it back, unharmed.
-            await self._hand_off(self._interrupted(row, start, started))
+            await self.interrupt(attempt)
             raise
+        await self.end(attempt)
+
+    def begin(self, row: JobRow) -> Attempt:
+        """Start an attempt: look up the worker and decode the args. The attempt is ready to
+        :meth:`run` when ``attempt.job`` is set; otherwise its result is already decided."""
+        attempt = Attempt(row, self._clock.now(), time.monotonic())
+        reg = attempt.reg = self._config.workers.get(row.kind)
+        if reg is None:
+            attempt.result = _Failure(UnknownJobKindError(row.kind), trace=False)
+            return attempt
+        try:
+            job: Job[Any] = Job(row, structure_args(row.args, reg.args_cls))
+        except Exception as exc:
+            attempt.result = _Failure(ValueError(f"cannot decode args of {row.kind!r}: {exc}"))
+            return attempt
+        own = reg.job_timeout(job)
+        timeout = self._config.job_timeout if isinstance(own, _Unset) else own
+        deadline = anyio.current_time() + timeout if timeout is not None else math.inf
+        attempt.job = job
+        attempt.timeout = timeout
+        attempt.deadline = deadline
+        attempt.ctx = WorkContext(
+            client=self._client, job=row, deadline=None if timeout is None else deadline
+        )
+        attempt.result = _PENDING
+        return attempt
+
+    async def run(
+        self, attempt: Attempt, scope: anyio.CancelScope, scopes: dict[int, anyio.CancelScope]
+    ) -> bool:
+        """Run the worker of a begun attempt under ``scope``: the scope a remote cancel or the
+        timeout watchdog cancels. A caller may run many attempts, one after the other, under
+        one scope, as long as it stops using the scope once it was cancelled (this returns
+        True): nothing refers to it for this job once this returns (or raises)."""
+        job_id = attempt.row.id
+        ctx = attempt.ctx
+        job = attempt.job
+        reg = attempt.reg
+        assert ctx is not None
+        assert job is not None
+        assert reg is not None
+        scopes[job_id] = scope
+        if attempt.timeout is not None:
+            deadline = attempt.deadline
+            self._deadlines[job_id] = (deadline, scope)
+            if deadline < self._watch_at:
+                self._watch_at = deadline
+                self._watch_wake.set()
+        try:
+            attempt.result = await self._invoke(reg, ctx, job)
+        except Exception as exc:
+            attempt.result = _Failure(exc)
         finally:
-            scopes.pop(row.id, None)
-            self.remote_cancelled.discard(row.id)
+            del scopes[job_id]
+            self._deadlines.pop(job_id, None)
+            cancelled = scope.cancel_called
+            if cancelled:
+                ctx.cancelled.set()
+            remote = self.remote_cancelled
+            if remote and job_id in remote:
+                remote.discard(job_id)
+                attempt.remote = True
+        return cancelled
+
+    async def end(self, attempt: Attempt) -> None:
+        """Decide the attempt's outcome and hand it to the completer (interrupted when the
+        client cancels this meanwhile)."""
+        try:
+            finished = await self._conclude(attempt)
+        except anyio.get_cancelled_exc_class():
+            await self.interrupt(attempt)
+            raise
         await self._hand_off(finished)
+
+    async def interrupt(self, attempt: Attempt) -> None:
+        """The client is stopping and cancelled this attempt: give the job back, unharmed."""
+        await self._hand_off(self._interrupted(attempt.row, attempt.start, attempt.started))
+
+    async def _conclude(self, attempt: Attempt) -> Finished:
+        row = attempt.row
+        reg = attempt.reg
+        job = attempt.job
+        result = attempt.result
+        ctx = attempt.ctx
+        if reg is None or job is None or ctx is None:
+            if isinstance(result, _Failure):
+                result = await self._handle_error(row, result)
+            return self._finish(row, reg, job, result, attempt.start, attempt.started, None)
+        remote = attempt.remote
+        if ctx._resumable is not None or has_progress(row.metadata):
+            result = _resumable_outcome(ctx, result)
+        if not isinstance(result, _OUTCOMES) and result is not _PENDING:
+            result = _bad_return(row, result)  # an error like any other (handler too)
+        if result is _PENDING:  # our own scope stopped the worker
+            if remote:
+                result = CancelOutcome(REMOTE_CANCEL_REASON)
+            else:
+                assert attempt.timeout is not None
+                result = _Failure(JobTimeoutError(attempt.timeout), trace=False)
+        elif remote and result is not None:
+            # River: once cancelled remotely, anything but a clean success cancels
+            result = CancelOutcome(REMOTE_CANCEL_REASON)
+        if isinstance(result, _Failure) and not remote:
+            result = await self._handle_error(row, result)
+        return self._finish(row, reg, job, result, attempt.start, attempt.started, ctx)
 
     async def watch_timeouts(self) -> None:
         """Cancels each running job whose deadline has passed; sleeps until the earliest."""
@@ -361,8 +439,8 @@ class JobExecutor:
                 ),
                 kind=EventKind.JOB_COMPLETED,
                 error=None,
-                queue_wait=max(start - row.scheduled_at, _ZERO),
-                run_time=dt.timedelta(seconds=time.monotonic() - started),
+                start=start,
+                started=started,
             )
         meta: dict[str, Any] = {}
         error_text: str | None = None
@@ -466,8 +544,8 @@ class JobExecutor:
             completion=JobCompletion(**params),
             kind=kind,
             error=error_text,
-            queue_wait=max(start - row.scheduled_at, dt.timedelta(0)),
-            run_time=dt.timedelta(seconds=time.monotonic() - started),
+            start=start,
+            started=started,
             completed_tx=ctx is not None and ctx._completed_tx,
         )
 
@@ -515,8 +593,8 @@ class JobExecutor:
             ),
             kind=EventKind.JOB_INTERRUPTED,
             error=None,
-            queue_wait=max(start - row.scheduled_at, dt.timedelta(0)),
-            run_time=dt.timedelta(seconds=time.monotonic() - started),
+            start=start,
+            started=started,
         )
 
 

@@ -11,7 +11,10 @@ share of the slots is free (half of them, at most 25) a claim runs without waiti
 cooldown, so a busy queue is not capped at one claim per cooldown.
 
 Claimed jobs run on a pool of at most ``max_workers`` long-lived worker tasks (spawning a
-task per job costs more than a short job). Shutdown: ``stop_fetching()`` ends the fetch loop;
+task per job costs more than a short job). Claimed rows wait in one ready queue; workers wake
+one another in a chain, so jobs that wait still run concurrently while jobs that never wait
+run back to back on one worker, and each worker keeps one cancel scope across its jobs until
+a cancellation spends it. Shutdown: ``stop_fetching()`` ends the fetch loop;
 the workers then finish what was claimed and leave, and the job nursery waits for them; their
 cancellation (timeout escalation or stop-and-cancel) comes from the enclosing scope, and jobs
 claimed but not yet started by then are given back as interrupted.
@@ -38,7 +41,7 @@ from .._limiter import BurstLimiter
 from .._logging import job_extra, queue_extra
 from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, Driver, Notification
 from ._completer import Completer, Finished
-from ._executor import JobExecutor
+from ._executor import Attempt, JobExecutor
 from ._util import REMOTE_CANCEL_REASON, Backoff, Wakeup
 
 if TYPE_CHECKING:
@@ -58,12 +61,11 @@ FETCH_BURST = 25
 
 
 class _Slot:
-    """An idle worker's mailbox: the row it is woken for (None: leave)."""
+    """An idle worker's wake-up."""
 
-    __slots__ = ("row", "wake")
+    __slots__ = ("wake",)
 
     def __init__(self) -> None:
-        self.row: JobRow | None = None
         self.wake = anyio.Event()
 
 
@@ -98,12 +100,14 @@ class Producer:
         self._kinds = config.workers.kinds() if config.fetch_only_known_kinds else None
         self._active: dict[int, JobRow] = {}
         self._scopes: dict[int, anyio.CancelScope] = {}
-        # the job nursery's workers: each claimed row goes to an idle worker's slot (or a new
-        # worker) and stays in ``_unstarted`` until that worker begins it
+        # the job nursery's workers: claimed rows wait in ``_ready`` (and in ``_unstarted``)
+        # until a worker begins them
         self._unstarted: dict[int, JobRow] = {}
-        self._overflow: deque[JobRow] = deque()
+        self._ready: deque[JobRow] = deque()
         self._idle: list[_Slot] = []
         self._workers = 0
+        self._kicked = False
+        self._jobs: TaskGroup | None = None
         self._closing = False
         self._wake = Wakeup()
         self._urgent = False
@@ -312,61 +316,103 @@ class Producer:
         return self._config.id
 
     def _dispatch(self, jobs: TaskGroup, rows: list[JobRow]) -> None:
-        """Give each claimed row to an idle worker of its own, or to a new worker."""
+        """Queue claimed rows for the workers and get one worker going on them."""
         active = self._active
         unstarted = self._unstarted
-        idle = self._idle
         for row in rows:
             active[row.id] = row
             unstarted[row.id] = row
-            if idle:
-                slot = idle.pop()
-                slot.row = row
-                slot.wake.set()
-            elif self._workers < self._max_workers:
-                self._workers += 1
-                jobs.start_soon(self._worker, row, name=f"river worker {self.queue}")
-            else:  # not expected (claims never exceed the free slots): the next free worker
-                self._overflow.append(row)
+        self._ready.extend(rows)
+        self._jobs = jobs
+        self._kick()
 
-    async def _worker(self, row: JobRow | None) -> None:
+    def _kick(self) -> None:
+        """Get one more worker onto the ready rows, unless one is on its way already.
+
+        Workers wake one another in a chain: a worker that takes a row while more are ready
+        kicks the next worker before it begins its job. Jobs that wait run concurrently, one
+        more starting each scheduling round, while jobs that never wait are run back to back
+        by the first worker, without a task switch per job.
+        """
+        if self._kicked or not self._ready:
+            return
+        if self._idle:
+            self._kicked = True
+            self._idle.pop().wake.set()
+        elif self._workers < self._max_workers and self._jobs is not None:
+            self._kicked = True
+            self._workers += 1
+            self._jobs.start_soon(self._worker, name=f"river worker {self.queue}")
+
+    async def _worker(self) -> None:
         unstarted = self._unstarted
-        overflow = self._overflow
+        ready = self._ready
         idle = self._idle
-        execute = self._executor.execute
+        executor = self._executor
+        begin = executor.begin
+        run = executor.run
+        end = executor.end
         scopes = self._scopes
-        active = self._active
         slot = _Slot()
+        self._kicked = False
         try:
             while True:
-                # None: given back already (the nursery was cancelled before it started)
-                if row is not None and unstarted.pop(row.id, None) is not None:
+                # One cancel scope serves this worker's jobs one after the other, until a
+                # remote cancel or a timeout cancels it for the job it is running: that job
+                # is then concluded outside it and the next job gets a fresh scope.
+                attempt: Attempt | None = None
+                try:
+                    with anyio.CancelScope() as scope:
+                        while True:
+                            if not ready:
+                                if self._closing:
+                                    return
+                                slot.wake = anyio.Event()
+                                idle.append(slot)
+                                await slot.wake.wait()
+                                self._kicked = False
+                                continue
+                            row = ready.popleft()
+                            # not there: given back already (the nursery was cancelled)
+                            if unstarted.pop(row.id, None) is None:
+                                continue
+                            if ready:
+                                self._kick()
+                            attempt = begin(row)
+                            if attempt.job is not None and await run(attempt, scope, scopes):
+                                break  # the scope is spent: conclude the job outside it
+                            done, attempt = attempt, None
+                            try:
+                                await end(done)
+                            finally:
+                                self._job_done(row.id)
+                except anyio.get_cancelled_exc_class():
+                    if attempt is not None:  # the client cancelled it
+                        try:
+                            await executor.interrupt(attempt)
+                        finally:
+                            self._job_done(attempt.row.id)
+                    raise
+                if attempt is not None:  # its own cancellation spent the scope
                     try:
-                        await execute(row, scopes)
+                        await end(attempt)
                     finally:
-                        active.pop(row.id, None)
-                        if (
-                            self._backlog
-                            and not self._stopping
-                            and self._max_workers - len(active) >= self._refill_at
-                        ):
-                            self._backlog = False
-                            self._urgent = True
-                            self._wake.set()
-                if overflow:
-                    row = overflow.popleft()
-                    continue
-                if self._closing:
-                    return
-                slot.row = None
-                slot.wake = anyio.Event()
-                idle.append(slot)
-                await slot.wake.wait()
-                row = slot.row
-                if row is None:  # closing
-                    return
+                        self._job_done(attempt.row.id)
         finally:
             self._workers -= 1
+            if slot in idle:
+                idle.remove(slot)
+
+    def _job_done(self, job_id: int) -> None:
+        self._active.pop(job_id, None)
+        if (
+            self._backlog
+            and not self._stopping
+            and self._max_workers - len(self._active) >= self._refill_at
+        ):
+            self._backlog = False
+            self._urgent = True
+            self._wake.set()
 
     # --- notifications and periodic work ------------------------------------------------------
 

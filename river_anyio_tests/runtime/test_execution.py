@@ -959,3 +959,93 @@ async def test_lagging_subscriber_does_not_block_and_learns_what_it_missed(
     assert first.kind is K.EVENTS_DROPPED
     assert first.details == {"count": 7}
     assert [e.kind for e in rest] == [K.JOB_COMPLETED] * 3
+
+
+# --- the worker pool ---------------------------------------------------------------------------
+
+
+async def test_claimed_jobs_that_wait_all_run_at_once(database_url: str, clock: FixedClock) -> None:
+    """A batch of jobs that wait runs concurrently up to ``max_workers`` (the workers wake
+    one another), and a job that never waits does not hold the others back."""
+    started: list[int] = []
+    all_started = anyio.Event()
+    gate = anyio.Event()
+
+    async def waits(ctx: river.WorkContext, job: river.Job[Task]) -> None:
+        started.append(job.args.n)
+        if len(started) == 10:
+            all_started.set()
+        await gate.wait()  # released only once all ten run at the same time
+
+    async def quick(ctx: river.WorkContext, job: river.Job[Other]) -> None:
+        return None
+
+    workers = river.Workers()
+    workers.add(Task, waits)
+    workers.add(Other, quick)
+    async with running(database_url, workers, clock=clock) as run:
+        with run.subscribe(K.JOB_COMPLETED) as events:
+            results = await run.client.insert_many(
+                [Task(n=i) for i in range(10)] + [Other(n=i) for i in range(2)]
+            )
+            with anyio.fail_after(WAIT):
+                await all_started.wait()
+            assert sorted(started) == list(range(10))
+            gate.set()
+            got = await events_for(events, [r.job.id for r in results])
+    assert all(ev.kind is K.JOB_COMPLETED for ev in got.values())
+
+
+async def test_one_worker_runs_jobs_after_a_timeout_and_a_remote_cancel(
+    database_url: str, clock: FixedClock
+) -> None:
+    """One worker runs every job: a timeout or a remote cancel of one job ends that job only,
+    and the jobs after it run (and wait) uncancelled."""
+    started = anyio.Event()
+
+    class TimesOut:
+        async def work(self, ctx: river.WorkContext, job: river.Job[Any]) -> None:
+            await anyio.sleep_forever()
+
+        def timeout(self, job: river.Job[Any]) -> float:
+            return 0.05
+
+    async def waits_a_little(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        await anyio.sleep(0.05)
+
+    async def waits_for_cancel(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    async def swallows(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        try:
+            await anyio.sleep_forever()
+        except anyio.get_cancelled_exc_class():
+            return None  # completes despite the timeout
+
+    workers = river.Workers()
+    workers.add(Task, TimesOut())
+    workers.add(Other, waits_a_little)
+    workers.add(Third, waits_for_cancel)
+    workers.add(Fourth, swallows, timeout=dt.timedelta(milliseconds=50))
+    queues = {"default": river.QueueConfig(max_workers=1)}
+    async with running(database_url, workers, clock=clock, queues=queues, job_timeout=None) as run:
+        ex = run.client.driver.executor()
+        with run.subscribe(K.JOB_FAILED, K.JOB_COMPLETED, K.JOB_CANCELLED) as events:
+            first = await run.client.insert_many([Task(), Other(n=1), Fourth(), Other(n=3)])
+            got = await events_for(events, [r.job.id for r in first])
+            cancelled = await run.client.insert(Third())
+            with anyio.fail_after(WAIT):
+                await started.wait()
+            later = await run.client.insert(Other(n=2))
+            await ex.job_cancel(job_id=cancelled.job.id, cancel_attempted_at=clock.at)
+            got |= await events_for(events, [cancelled.job.id, later.job.id])
+    kinds = [got[r.job.id].kind for r in (*first, cancelled, later)]
+    assert kinds == [K.JOB_FAILED, K.JOB_COMPLETED] + [K.JOB_COMPLETED] * 2 + [
+        K.JOB_CANCELLED,
+        K.JOB_COMPLETED,
+    ]
+    timed_out = got[first[0].job.id].job
+    assert timed_out is not None
+    [err] = timed_out.errors
+    assert err.error == "JobTimeoutError: job timed out after 0.05s"
