@@ -165,6 +165,12 @@ class Client:
         if payloads and self._driver.supports_listen_notify:
             await ex.notify_many(TOPIC_INSERT, payloads)
 
+    def _insert_payloads(self, params: Sequence[JobInsertParams]) -> list[str]:
+        """The insert notifications ``params`` call for (as :meth:`_notify` sends them)."""
+        queues = {p.queue for p in params if p.state == JobState.AVAILABLE}
+        payloads = [f'{{"queue": "{q}"}}' for q in sorted(queues) if self._limiter.try_acquire(q)]
+        return payloads if self._driver.supports_listen_notify else []
+
     async def _through_middleware(
         self, params: Sequence[JobInsertParams], insert: Callable[[Sequence[JobInsertParams]], Any]
     ) -> Any:
@@ -222,13 +228,36 @@ class Client:
         if self._after_insert is not None:
             self._after_insert({p.queue for p in params if p.state == JobState.AVAILABLE})
 
+    async def _insert_many_own(self, params: Sequence[JobInsertParams]) -> list[InsertResult]:
+        """Insert in a transaction of its own, with the insert notifications."""
+        if self._insert_middleware:  # a middleware failing after the insert rolls it back
+            async with self._driver.transaction() as tx:
+                results = await self._insert_many_on(tx, params)
+        else:
+            # one statement, the notifications included: a single round trip
+            ex = self._driver.executor()
+
+            async def insert(ps: Sequence[JobInsertParams]) -> list[InsertResult]:
+                inserted = await ex.job_insert_fast_many_notify(
+                    ps, topic=TOPIC_INSERT, payloads=self._insert_payloads(ps)
+                )
+                return [
+                    InsertResult(
+                        job=r.job, unique_skipped_as_duplicate=r.unique_skipped_as_duplicate
+                    )
+                    for r in inserted
+                ]
+
+            if self._insert_hooks:
+                results = list(await self._through_middleware(params, insert))
+            else:
+                results = await insert(params)
+        self._committed(params)
+        return results
+
     async def insert(self, args: object, opts: InsertOpts | None = None) -> InsertResult:
         """Insert one job in its own transaction; a unique duplicate returns the existing job."""
-        params = [self._params(args, opts)]
-        async with self._driver.transaction() as tx:
-            result = (await self._insert_many_on(tx, params))[0]
-        self._committed(params)
-        return result
+        return (await self._insert_many_own([self._params(args, opts)]))[0]
 
     async def insert_tx(
         self, tx: object, args: object, opts: InsertOpts | None = None
@@ -239,11 +268,7 @@ class Client:
 
     async def insert_many(self, params: Sequence[object]) -> list[InsertResult]:
         """Insert a batch in one statement and one transaction; results in input order."""
-        built = self._many(params)
-        async with self._driver.transaction() as tx:
-            results = await self._insert_many_on(tx, built)
-        self._committed(built)
-        return results
+        return await self._insert_many_own(self._many(params))
 
     async def insert_many_tx(self, tx: object, params: Sequence[object]) -> list[InsertResult]:
         built = self._many(params)

@@ -453,6 +453,16 @@ class Executor(Protocol):
         """Drop the index if it exists (concurrently on PostgreSQL)."""
         ...
 
+    # --- one-round-trip insert (runtime speed-ups) ------------------------------------------
+
+    async def job_insert_fast_many_notify(
+        self, params: Sequence[JobInsertParams], *, topic: str, payloads: Sequence[str]
+    ) -> list[InsertedJob]:
+        """:meth:`job_insert_fast_many` and :meth:`notify_many` in one unit of work: one
+        statement on PostgreSQL, so a client's own-transaction insert is one round trip.
+        Inside a transaction, both belong to that transaction."""
+        ...
+
 
 class Listener(Protocol):
     """Receives River notifications on one dedicated connection (PostgreSQL LISTEN) or by

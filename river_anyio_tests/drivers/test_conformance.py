@@ -315,3 +315,54 @@ async def test_job_count_by_queue_and_state(database_url: str) -> None:
             ("other", S.RETRYABLE, 2),
         ]
         assert await ex.job_count_by_queue_and_state(states=[]) == []
+
+
+# --- one-round-trip insert (runtime speed-ups) ----------------------------------------------
+
+
+async def test_insert_fast_many_notify_inserts_and_notifies_together(database_url: str) -> None:
+    mask = unique_states_mask([S.AVAILABLE, S.RUNNING])
+    async with open_driver(database_url) as sender, open_driver(database_url) as receiver:
+        async with receiver.listener() as listener:
+            await listener.listen(TOPIC_INSERT)
+            ex = sender.executor()
+            rows = await ex.job_insert_fast_many_notify(
+                [params(1, unique_key=b"k", unique_states=mask), params(2, queue="q2")],
+                topic=TOPIC_INSERT,
+                payloads=['{"queue": "default"}', '{"queue": "q2"}'],
+            )
+            assert [(r.job.args, r.unique_skipped_as_duplicate) for r in rows] == [
+                ({"n": 1}, False),
+                ({"n": 2}, False),
+            ]
+            got = []
+            with anyio.fail_after(10):
+                async for note in listener:
+                    got.append((note.topic, json.loads(note.payload)))
+                    if len(got) == 2:
+                        break
+            assert sorted(got, key=str) == [
+                (TOPIC_INSERT, {"queue": "default"}),
+                (TOPIC_INSERT, {"queue": "q2"}),
+            ]
+            # a unique duplicate comes back flagged, in input order; no payloads: no notice
+            again = await ex.job_insert_fast_many_notify(
+                [params(3), params(4, unique_key=b"k", unique_states=mask)],
+                topic=TOPIC_INSERT,
+                payloads=[],
+            )
+            assert [r.unique_skipped_as_duplicate for r in again] == [False, True]
+            assert again[1].job.id == rows[0].job.id
+            # inside a transaction both roll back with it
+            with pytest.raises(RuntimeError):
+                async with sender.transaction() as tx:
+                    await tx.job_insert_fast_many_notify(
+                        [params(5)], topic=TOPIC_INSERT, payloads=['{"queue": "gone"}']
+                    )
+                    raise RuntimeError
+            await ex.notify_many(TOPIC_INSERT, ['{"queue": "sentinel"}'])
+            with anyio.fail_after(10):
+                async for note in listener:
+                    assert json.loads(note.payload) == {"queue": "sentinel"}
+                    break
+            assert await ex.fetch_all("SELECT count(*) FROM river_job") == [(3,)]

@@ -94,6 +94,9 @@ class Queries:
     queue_list: str
     queue_pause: str
     queue_resume: str
+    #: ``notify_many`` and ``job_insert_fast_many`` in one statement: the notification's
+    #: parameters first, then the insert's; an extra last column counts the notifications
+    job_insert_fast_many_notify: str
 
     @classmethod
     def build(cls, schema: str | None) -> Queries:
@@ -133,6 +136,12 @@ ON CONFLICT (unique_key)
         AND {p}river_job_state_in_bitmask(unique_states, state)
     DO UPDATE SET unique_key = excluded.unique_key
 RETURNING {cols}, xmax::text <> '0'"""
+        notify_many = (
+            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS n(payload)"
+            if schema
+            else "SELECT pg_notify(concat(current_schema(), '.', %s::text), payload) "
+            "FROM unnest(%s::text[]) AS n(payload)"
+        )
         claim = _claim(p, kinds=False)
         claim_kinds = _claim(p, kinds=True)
         control = _channel(schema, "river_control")
@@ -144,12 +153,7 @@ RETURNING {cols}, xmax::text <> '0'"""
             job_copy=f"COPY {p}river_job (%s) FROM STDIN",
             job_get_by_id=f"SELECT {cols} FROM {p}river_job WHERE id = %s",
             job_list_head=f"SELECT {cols} FROM {p}river_job",
-            notify_many=(
-                "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS n(payload)"
-                if schema
-                else "SELECT pg_notify(concat(current_schema(), '.', %s::text), payload) "
-                "FROM unnest(%s::text[]) AS n(payload)"
-            ),
+            notify_many=notify_many,
             job_get_available=claim,
             job_get_available_kinds=claim_kinds,
             job_set_state_if_running_many=_set_state_many(p),
@@ -175,6 +179,13 @@ RETURNING {qcols}""",
                 "resume",
                 "paused_at = NULL, "
                 "updated_at = CASE WHEN paused_at IS NULL THEN updated_at ELSE now() END",
+            ),
+            # The count forces the notification CTE to run (once, whatever the row count);
+            # RETURNING order is the insert's input order.
+            job_insert_fast_many_notify=(
+                f"WITH notified AS MATERIALIZED ({notify_many}),\n"
+                f"inserted AS ({insert_fast_many})\n"
+                "SELECT inserted.*, (SELECT count(*) FROM notified) FROM inserted"
             ),
         )
 
