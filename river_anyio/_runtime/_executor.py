@@ -48,7 +48,7 @@ from .._work import (
 )
 from ..drivers import JobCompletion
 from ._completer import Finished
-from ._util import REMOTE_CANCEL_REASON, Wakeup
+from ._util import REMOTE_CANCEL_REASON, Wakeup, loop_clock
 
 if TYPE_CHECKING:
     from .._client import Client
@@ -167,6 +167,7 @@ class JobExecutor:
         self._deadlines: dict[int, tuple[float, anyio.CancelScope]] = {}
         self._watch_at = math.inf
         self._watch_wake = Wakeup()
+        self._loop_time: Callable[[], float] | None = None
 
     async def execute(self, row: JobRow, scopes: dict[int, anyio.CancelScope]) -> None:
         """Run one job, in a cancel scope of its own, to its completion (or interruption) and
@@ -196,7 +197,12 @@ class JobExecutor:
             return attempt
         own = reg.job_timeout(job)
         timeout = self._config.job_timeout if isinstance(own, _Unset) else own
-        deadline = anyio.current_time() + timeout if timeout is not None else math.inf
+        deadline = math.inf
+        if timeout is not None:
+            loop_time = self._loop_time
+            if loop_time is None:
+                loop_time = self._loop_time = loop_clock()
+            deadline = loop_time() + timeout
         attempt.job = job
         attempt.timeout = timeout
         attempt.deadline = deadline
