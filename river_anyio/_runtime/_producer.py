@@ -8,7 +8,11 @@ inserted a few milliseconds after another is still picked up at once, while a st
 at ``FETCH_BURST / fetch_cooldown`` fetches per second. Beyond River, freed slots are refilled
 promptly while a backlog exists (the last claim filled every free slot): once a worthwhile
 share of the slots is free (half of them, at most 25) a claim runs without waiting for the
-cooldown, so a busy queue is not capped at one claim per cooldown.
+cooldown, so a busy queue is not capped at one claim per cooldown. While that backlog lasts and
+jobs finish quickly, the producer also claims ahead: up to ``max_workers`` extra rows, no more
+than the workers get through in ``PREFETCH_HORIZON`` at the rate measured between claims, may
+wait in the ready queue, so the next claim's round trip overlaps the jobs being run instead of
+following them. Long jobs measure a low rate and get no prefetch.
 
 Claimed jobs run on a pool of at most ``max_workers`` long-lived worker tasks (spawning a
 task per job costs more than a short job). Claimed rows wait in one ready queue; workers wake
@@ -58,6 +62,8 @@ QUEUE_REPORT_INTERVAL = 600.0
 QUEUE_SETTINGS_POLL = 2.0
 #: Notification- and poll-triggered fetches allowed per ``fetch_cooldown`` window.
 FETCH_BURST = 25
+#: Claimed-ahead rows are limited to what the workers start within this many seconds.
+PREFETCH_HORIZON = 0.02
 
 
 class _Slot:
@@ -112,6 +118,11 @@ class Producer:
         self._wake = Wakeup()
         self._urgent = False
         self._backlog = False
+        # rows that may be claimed beyond the free slots (see the module docstring), and the
+        # measurements behind it: jobs finished, at the previous claim's end
+        self._prefetch = 0
+        self._finished = 0
+        self._last_claim: tuple[float, int] | None = None
         self._paused = False
         self._fetch_scope: anyio.CancelScope | None = None
         self._stopping = False
@@ -277,7 +288,7 @@ class Producer:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
         if self._paused:
             return 0.0
-        limit = self._max_workers - len(self._active)
+        limit = min(self._max_workers, self._max_workers + self._prefetch - len(self._active))
         if limit <= 0:
             self._backlog = True
             return 0.0
@@ -307,9 +318,35 @@ class Producer:
         self._backoff.reset()
         self._dispatch(jobs, rows)
         self._backlog = len(rows) == limit
+        self._plan_prefetch()
         if not self._backlog:
             self._completer.flush_soon()  # the queue is drained: write results promptly
+        elif (
+            not self._stopping
+            and self._max_workers + self._prefetch - len(self._active) >= self._refill_at
+        ):
+            # room to claim ahead already: the next claim overlaps the jobs just claimed
+            self._backlog = False
+            self._urgent = True
         return 0.0
+
+    def _plan_prefetch(self) -> None:
+        """After a claim: how many rows the next claims may take beyond the free slots.
+
+        Only while a backlog lasts, and only as many as the workers finish within
+        ``PREFETCH_HORIZON`` at the rate measured since the previous claim, so rows claimed
+        ahead start promptly and slow jobs get none.
+        """
+        now = anyio.current_time()
+        previous, self._last_claim = self._last_claim, (now, self._finished)
+        self._prefetch = 0
+        if not self._backlog or previous is None:
+            return
+        elapsed = now - previous[0]
+        if elapsed <= 0:
+            return
+        rate = (self._finished - previous[1]) / elapsed
+        self._prefetch = min(self._max_workers, int(rate * PREFETCH_HORIZON))
 
     @property
     def _client_id(self) -> str:
@@ -405,10 +442,11 @@ class Producer:
 
     def _job_done(self, job_id: int) -> None:
         self._active.pop(job_id, None)
+        self._finished += 1
         if (
             self._backlog
             and not self._stopping
-            and self._max_workers - len(self._active) >= self._refill_at
+            and self._max_workers + self._prefetch - len(self._active) >= self._refill_at
         ):
             self._backlog = False
             self._urgent = True

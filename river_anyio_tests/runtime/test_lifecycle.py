@@ -410,3 +410,63 @@ async def test_a_blocked_loop_is_reported_as_lag(
     assert any(
         f"event loop lag {event.details['lag'] * 1000:.0f} ms" == r.getMessage() for r in warnings
     )
+
+
+# --- rows claimed ahead of free slots ----------------------------------------------------------
+
+
+def claim_ahead_fully(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make every claim that meets a backlog allow ``max_workers`` rows claimed ahead (as
+    quick jobs measure), so rows wait in the ready queue behind busy workers."""
+
+    def plan(self: Producer) -> None:
+        self._prefetch = self._max_workers if self._backlog else 0
+
+    monkeypatch.setattr(Producer, "_plan_prefetch", plan)
+
+
+async def test_stop_and_cancel_gives_back_rows_claimed_ahead(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claim_ahead_fully(monkeypatch)
+    gate = Gate(mode="forever")
+    async with river.open_client(database_url) as inserter:
+        jobs = [r.job for r in await inserter.client.insert_many([Blocker()] * 5)]
+    async with river.open_client(
+        database_url, id=CLIENT, queues=queues(2), workers=gate.workers(), soft_stop_timeout=60
+    ) as run:
+        sub = run.subscribe()
+        # two running, two claimed ahead waiting for a worker, and no more than that
+        await wait_until(lambda: run.diagnostics.queues["default"].active_jobs == 4)
+        with anyio.fail_after(SOON):
+            await gate.started_event(jobs[0].id).wait()
+            await gate.started_event(jobs[1].id).wait()
+        run.stop_and_cancel()
+        with anyio.fail_after(5):
+            await run.wait()
+    assert sorted(gate.cancelled) == [jobs[0].id, jobs[1].id]
+    assert sorted(interrupted_ids(drain(sub))) == [j.id for j in jobs[:4]]
+    for job in jobs[:4]:
+        assert_interrupted(await read_job(database_url, job.id))
+    never = await read_job(database_url, jobs[4].id)
+    assert never.state is river.JobState.AVAILABLE and never.attempted_by == ()
+
+
+async def test_a_graceful_stop_works_rows_claimed_ahead(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    claim_ahead_fully(monkeypatch)
+    gate = Gate()
+    async with river.open_client(database_url) as inserter:
+        jobs = [r.job for r in await inserter.client.insert_many([Blocker()] * 5)]
+    async with anyio.create_task_group() as tg:
+        async with river.open_client(
+            database_url, id=CLIENT, queues=queues(2), workers=gate.workers()
+        ) as run:
+            await wait_until(lambda: run.diagnostics.queues["default"].active_jobs == 4)
+            tg.start_soon(release_when, lambda: run.stopping, gate.release)
+    assert sorted(gate.finished) == [j.id for j in jobs[:4]] and gate.cancelled == []
+    for job in jobs[:4]:
+        assert (await read_job(database_url, job.id)).state is river.JobState.COMPLETED
+    never = await read_job(database_url, jobs[4].id)
+    assert never.state is river.JobState.AVAILABLE and never.attempted_by == ()
