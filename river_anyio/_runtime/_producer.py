@@ -35,6 +35,7 @@ from collections import deque
 from typing import TYPE_CHECKING, Any
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -288,7 +289,8 @@ class Producer:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
         if self._paused:
             return 0.0
-        limit = min(self._max_workers, self._max_workers + self._prefetch - len(self._active))
+        # rows claimed ahead may make a claim up to twice max_workers: fewer, larger claims
+        limit = self._max_workers + self._prefetch - len(self._active)
         if limit <= 0:
             self._backlog = True
             return 0.0
@@ -321,14 +323,18 @@ class Producer:
         self._plan_prefetch()
         if not self._backlog:
             self._completer.flush_soon()  # the queue is drained: write results promptly
-        elif (
-            not self._stopping
-            and self._max_workers + self._prefetch - len(self._active) >= self._refill_at
-        ):
+        elif not self._stopping and self._room_to_claim():
             # room to claim ahead already: the next claim overlaps the jobs just claimed
             self._backlog = False
             self._urgent = True
         return 0.0
+
+    def _room_to_claim(self) -> bool:
+        """Whether a claim is worthwhile: half the slots free (at most 25), or while rows
+        are claimed ahead, room for as many rows as may be claimed ahead, so the claim's round
+        trip runs while that many rows are still ready."""
+        room = self._max_workers + self._prefetch - len(self._active)
+        return room >= max(self._refill_at, self._prefetch)
 
     def _plan_prefetch(self) -> None:
         """After a claim: how many rows the next claims may take beyond the free slots.
@@ -422,7 +428,11 @@ class Producer:
                             try:
                                 await end(done)
                             finally:
-                                self._job_done(row.id)
+                                claim = self._job_done(row.id)
+                            if claim:
+                                # let the fetch loop send its claim now, so its round trip
+                                # overlaps the jobs still ready (these may never yield)
+                                await anyio.lowlevel.cancel_shielded_checkpoint()
                 except anyio.get_cancelled_exc_class():
                     if attempt is not None:  # the client cancelled it
                         try:
@@ -440,17 +450,16 @@ class Producer:
             if slot in idle:
                 idle.remove(slot)
 
-    def _job_done(self, job_id: int) -> None:
+    def _job_done(self, job_id: int) -> bool:
+        """Forget a finished job; True if that asked the fetch loop for a claim."""
         self._active.pop(job_id, None)
         self._finished += 1
-        if (
-            self._backlog
-            and not self._stopping
-            and self._max_workers + self._prefetch - len(self._active) >= self._refill_at
-        ):
+        if self._backlog and not self._stopping and self._room_to_claim():
             self._backlog = False
             self._urgent = True
             self._wake.set()
+            return True
+        return False
 
     # --- notifications and periodic work ------------------------------------------------------
 
