@@ -369,11 +369,15 @@ class PostgresExecutor:
     async def job_insert_fast_many(self, params: Sequence[JobInsertParams]) -> list[InsertedJob]:
         if not params:
             return []
-        columns = _batch_columns(params)
-        query = self._q.job_insert_fast_many
+        return await self._insert(self._q.job_insert_fast_many, _batch_columns(params), params)
+
+    async def _insert(
+        self, query: str, values: Sequence[Any], params: Sequence[JobInsertParams]
+    ) -> list[InsertedJob]:
+        """Run a batch insert returning one row per job (and its duplicate flag)."""
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(query, columns)
+            cur = await conn.execute(query, values)
             return await cur.fetchall()
 
         rows = await self._run(op)
@@ -587,12 +591,15 @@ class PostgresExecutor:
 
     # --- notifications ------------------------------------------------------------------------
 
+    def _channel(self, topic: str) -> str:
+        """River's channel for ``topic``: prefixed with the schema when one is configured."""
+        return f"{self._q.schema}.{topic}" if self._q.schema else topic
+
     async def notify_many(self, topic: str, payloads: Sequence[str]) -> None:
         if not payloads:
             return
-        channel = f"{self._q.schema}.{topic}" if self._q.schema else topic
         query = self._q.notify_many
-        values = (channel, list(payloads))
+        values = (self._channel(topic), list(payloads))
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> None:
             await conn.execute(query, values)
@@ -915,20 +922,8 @@ class PostgresExecutor:
         if not params:
             await self.notify_many(topic, payloads)
             return []
-        channel = f"{self._q.schema}.{topic}" if self._q.schema else topic
-        values = [channel, list(payloads), *_batch_columns(params)]
-        query = self._q.job_insert_fast_many_notify
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(query, values)
-            return await cur.fetchall()
-
-        rows = await self._run(op)
-        if len(rows) != len(params):
-            raise DatabaseError(f"insert returned {len(rows)} rows for {len(params)} jobs")
-        return [
-            InsertedJob(job=row_to_job(row), unique_skipped_as_duplicate=row[18]) for row in rows
-        ]
+        values = [self._channel(topic), list(payloads), *_batch_columns(params)]
+        return await self._insert(self._q.job_insert_fast_many_notify, values, params)
 
 
 def _list_where(query: JobListQuery, state_type: str) -> tuple[list[str], list[Any]]:
