@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import uuid
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import attrs
@@ -46,6 +47,12 @@ def _structure_with_json_names(cls: Any) -> Any:
 
 
 _converter.register_structure_hook_factory(_renames_fields, _structure_with_json_names)
+
+
+def structure_hook(cls: type[T]) -> Callable[[Any, type[T]], T]:
+    """The function :func:`structure_args` calls for ``cls`` (looked up once by callers that
+    decode many args of one class)."""
+    return _converter.get_structure_hook(cls)
 
 
 def structure_args(data: Any, cls: type[T]) -> T:

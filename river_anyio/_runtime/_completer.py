@@ -216,10 +216,12 @@ class Completer:
                         break
 
     def _take(self) -> list[Finished]:
-        batch: list[Finished] = []
-        for job_id in list(self._pending)[:SUB_BATCH]:
-            batch.append(self._pending.pop(job_id))
-        return batch
+        pending = self._pending
+        if len(pending) <= SUB_BATCH:
+            batch = list(pending.values())
+            pending.clear()
+            return batch
+        return [pending.pop(job_id) for job_id in list(pending)[:SUB_BATCH]]
 
     async def _flush_once(self) -> bool:
         """Write one sub-batch; False when it failed and was dropped while stopping."""
@@ -274,7 +276,6 @@ class Completer:
         self, batch: list[Finished]
     ) -> tuple[list[CompletionResult] | None, BaseException | None]:
         completions = [f.completion for f in batch]
-        job_ids = [f.row.id for f in batch]
         last_error: BaseException | None = None
         for attempt in range(self._tries):
             try:
@@ -295,7 +296,9 @@ class Completer:
                     attempt + 1,
                     self._tries,
                     exc,
-                    extra=jobs_extra("completion_failed", job_ids, self._client_id),
+                    extra=jobs_extra(
+                        "completion_failed", [f.row.id for f in batch], self._client_id
+                    ),
                 )
                 if self._stopping and attempt + 1 == self._tries:
                     break

@@ -30,8 +30,9 @@ import anyio.to_thread
 from anyio.streams.memory import MemoryObjectSendStream
 
 from .._config import ClientConfig
-from .._convert import structure_args
+from .._convert import structure_hook
 from .._events import EventKind
+from .._fastinit import positional_constructor
 from .._job import JobRow, JobState
 from .._logging import job_extra
 from .._resumable import ResumableStepError, has_progress
@@ -103,6 +104,9 @@ def _snoozes(metadata: Any) -> int:
 
 
 _PENDING: Any = object()
+_make_job = positional_constructor(Job)
+_make_completion = positional_constructor(JobCompletion)
+_make_finished = positional_constructor(Finished)
 
 
 class _Failure:
@@ -168,6 +172,11 @@ class JobExecutor:
         self._watch_at = math.inf
         self._watch_wake = Wakeup()
         self._loop_time: Callable[[], float] | None = None
+        self._now = clock.now
+        #: no hooks or middleware to wrap workers in
+        self._plain = not config.hooks and not config.middleware
+        # args class -> its cattrs structure hook, looked up once
+        self._structure: dict[type, Callable[[Any, type], Any]] = {}
 
     async def execute(self, row: JobRow, scopes: dict[int, anyio.CancelScope]) -> None:
         """Run one job, in a cancel scope of its own, to its completion (or interruption) and
@@ -185,13 +194,17 @@ class JobExecutor:
     def begin(self, row: JobRow) -> Attempt:
         """Start an attempt: look up the worker and decode the args. The attempt is ready to
         :meth:`run` when ``attempt.job`` is set; otherwise its result is already decided."""
-        attempt = Attempt(row, self._clock.now(), time.monotonic())
+        attempt = Attempt(row, self._now(), time.monotonic())
         reg = attempt.reg = self._config.workers.get(row.kind)
         if reg is None:
             attempt.result = _Failure(UnknownJobKindError(row.kind), trace=False)
             return attempt
+        cls = reg.args_cls
+        structure = self._structure.get(cls)
+        if structure is None:
+            structure = self._structure[cls] = structure_hook(cls)
         try:
-            job: Job[Any] = Job(row, structure_args(row.args, reg.args_cls))
+            job: Job[Any] = _make_job(row, structure(row.args, cls))
         except Exception as exc:
             attempt.result = _Failure(ValueError(f"cannot decode args of {row.kind!r}: {exc}"))
             return attempt
@@ -234,7 +247,10 @@ class JobExecutor:
                 self._watch_at = deadline
                 self._watch_wake.set()
         try:
-            attempt.result = await self._invoke(reg, ctx, job)
+            if self._plain and reg.run_in == "loop":
+                attempt.result = await reg.work(ctx, job)  # the common case, unwrapped
+            else:
+                attempt.result = await self._invoke(reg, ctx, job)
         except Exception as exc:
             attempt.result = _Failure(exc)
         finally:
@@ -252,12 +268,28 @@ class JobExecutor:
     async def end(self, attempt: Attempt) -> None:
         """Decide the attempt's outcome and hand it to the completer (interrupted when the
         client cancels this meanwhile)."""
+        ctx = attempt.ctx
+        if (
+            attempt.result is None
+            and ctx is not None
+            and ctx._resumable is None
+            and not has_progress(attempt.row.metadata)
+        ):
+            # a clean success (the common case): nothing to await but a full completer
+            finished = self._finish(
+                attempt.row, attempt.reg, attempt.job, None, attempt.start, attempt.started, ctx
+            )
+        else:
+            try:
+                finished = await self._conclude(attempt)
+            except anyio.get_cancelled_exc_class():
+                await self.interrupt(attempt)
+                raise
         try:
-            finished = await self._conclude(attempt)
-        except anyio.get_cancelled_exc_class():
-            await self.interrupt(attempt)
-            raise
-        await self._hand_off(finished)
+            self._send.send_nowait(finished)
+        except anyio.WouldBlock:
+            with anyio.CancelScope(shield=True):
+                await self._send.send(finished)
 
     async def interrupt(self, attempt: Attempt) -> None:
         """The client is stopping and cancelled this attempt: give the job back, unharmed."""
@@ -320,9 +352,6 @@ class JobExecutor:
                 await self._send.send(finished)
 
     async def _invoke(self, reg: Registration, ctx: WorkContext, job: Job[Any]) -> Any:
-        if reg.run_in == "loop" and not self._config.hooks and not self._config.middleware:
-            return await reg.work(ctx, job)  # the common case, without the wrapping
-
         async def innermost(ctx: WorkContext, job: Job[Any]) -> Any:
             await self._hooks("work_begin", ctx, job)
             error: BaseException | None = None
@@ -432,21 +461,26 @@ class JobExecutor:
         started: float,
         ctx: WorkContext | None,
     ) -> Finished:
-        now = self._clock.now()
+        now = self._now()
         if result is None and (
             ctx is None
             or not (ctx._metadata_updates or ctx._output is not None or ctx._completed_tx)
         ):
-            # the common case, without the general path's bookkeeping
-            return Finished(
-                row=row,
-                completion=JobCompletion(
-                    id=row.id, attempt=row.attempt, state=JobState.COMPLETED, finalized_at=now
+            # the common case, without the general path's bookkeeping (positional, in field
+            # order: JobCompletion(id, attempt, state, finalized_at, scheduled_at, error,
+            # metadata_updates, attempt_new), Finished(row, completion, kind, error, start,
+            # started, finished_at, completed_tx))
+            return _make_finished(
+                row,
+                _make_completion(
+                    row.id, row.attempt, JobState.COMPLETED, now, None, None, None, None
                 ),
-                kind=EventKind.JOB_COMPLETED,
-                error=None,
-                start=start,
-                started=started,
+                EventKind.JOB_COMPLETED,
+                None,
+                start,
+                started,
+                time.monotonic(),
+                False,
             )
         meta: dict[str, Any] = {}
         error_text: str | None = None

@@ -247,8 +247,9 @@ class Executor(Protocol):
         carries ``cancel_attempted_at``; metadata merged even when not running, top-level keys
         replaced and nulls kept, on both backends) plus the attempt guard described on
         :class:`JobCompletion`. One result per completion whose row still exists, in input
-        order; with ``return_rows=False`` the rows are not decoded (``job`` is None), which
-        the completer uses when nobody subscribes to events.
+        order. With ``return_rows=False`` (the completer, when nobody subscribes to events)
+        only the completions that were not applied are returned, without their rows (``job``
+        is None): usually none, so nothing is decoded per job.
         """
         ...
 

@@ -12,6 +12,7 @@ from psycopg import pq
 from psycopg.types.numeric import Int8
 
 from ..._errors import DatabaseError, ValidationError
+from ..._fastinit import positional_constructor
 from ..._job import AttemptError, JobRow, JobState
 from ..._timeutil import format_rfc3339nano, parse_rfc3339
 from .._protocol import (
@@ -117,27 +118,31 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
     unique_key = row[16]
     unique_states = row[17]
     attempted_by = row[4]
-    return JobRow(
-        id=row[0],
-        args=args,
-        encoded_args=row[1].encode(),
-        attempt=row[2],
-        attempted_at=row[3],
-        attempted_by=tuple(attempted_by) if attempted_by else (),
-        created_at=row[5],
-        errors=tuple(_attempt_error(e) for e in errors) if errors else (),
-        finalized_at=row[7],
-        kind=row[8],
-        max_attempts=row[9],
-        metadata=metadata,
-        priority=row[11],
-        queue=row[12],
-        scheduled_at=row[13],
-        state=_STATE_BY_NAME[row[14]],
-        tags=tuple(row[15]),
-        unique_key=bytes(unique_key) if unique_key is not None else None,
-        unique_states=_STATES_BY_MASK[unique_states] if unique_states is not None else None,
+    # positional, in JobRow's field order
+    return _make_job(
+        row[0],
+        args,
+        row[1].encode(),
+        row[2],
+        row[3],
+        tuple(attempted_by) if attempted_by else (),
+        row[5],
+        tuple(_attempt_error(e) for e in errors) if errors else (),
+        row[7],
+        row[8],
+        row[9],
+        metadata,
+        row[11],
+        row[12],
+        row[13],
+        _STATE_BY_NAME[row[14]],
+        tuple(row[15]),
+        bytes(unique_key) if unique_key is not None else None,
+        _STATES_BY_MASK[unique_states] if unique_states is not None else None,
     )
+
+
+_make_job = positional_constructor(JobRow)
 
 
 def row_to_queue(row: Sequence[Any]) -> QueueRow:
@@ -237,12 +242,12 @@ def _completion_columns(completions: Sequence[JobCompletion], client_id: str) ->
         raise ValidationError(
             "finalized_at/scheduled_at", "must be timezone-aware (naive datetimes are ambiguous)"
         ) from None
+    # ids and attempts are ints (str() of anything else fails the server-side cast)
     return [
-        ",".join([f"{c.id:d}" for c in completions]),
-        ",".join([f"{c.attempt:d}" for c in completions]),
+        ",".join([str(c.id) for c in completions]),
+        ",".join([str(c.attempt) for c in completions]),
         ",".join([_STATE_VALUE[c.state] for c in completions]),
-        ","
-        + ",".join(["" if c.attempt_new is None else f"{c.attempt_new:d}" for c in completions]),
+        "," + ",".join(["" if c.attempt_new is None else str(c.attempt_new) for c in completions]),
         finalized,
         scheduled,
         errors,
@@ -512,8 +517,8 @@ class PostgresExecutor:
             return await cur.fetchall()
 
         rows = await self._run(op)
-        if not return_rows:  # (id, applied, ordinal)
-            return [CompletionResult(id=row[0], applied=row[1]) for row in rows]
+        if not return_rows:  # (id, applied, ordinal), only where it did not apply
+            return [CompletionResult(id=row[0], applied=False) for row in rows]
         return [
             CompletionResult(id=job.id, job=job, applied=row[18])
             for job, row in zip(rows_to_jobs(rows), rows, strict=True)

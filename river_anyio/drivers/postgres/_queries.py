@@ -253,8 +253,8 @@ def _set_state_many(p: str, *, lean: bool = False) -> str:
 
     A row takes the new state only while it is running the given attempt for this client
     (``applies``); metadata updates merge either way. Rows left alone are read back as they
-    are; results follow the input order. ``lean``: only the id and whether it applied (no
-    rows to decode when nobody needs them).
+    are; results follow the input order. ``lean``: only the ids of the completions that did not
+    apply (usually none: nothing to decode when nobody needs the rows).
     """
     jcols = "j.id" if lean else ", ".join("j." + c for c in JOB_COLUMNS)
     return f"""
@@ -329,7 +329,7 @@ WITH input AS (
     WHERE j.id = t.id AND (t.applies OR t.metadata IS NOT NULL)
     RETURNING {jcols}, t.applies, t.ord
 )
-SELECT * FROM updated
+SELECT * FROM updated{" WHERE NOT applies" if lean else ""}
 UNION ALL
 SELECT {jcols}, false, t.ord
 FROM target AS t

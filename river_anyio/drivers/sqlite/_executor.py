@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 import apsw
 
 from ..._errors import ValidationError
+from ..._fastinit import positional_constructor
 from ..._job import AttemptError, JobRow, JobState
 from ..._timeutil import (
     format_rfc3339nano,
@@ -136,29 +137,32 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
     append = out.append
     for r, (args, metadata, tags, attempted_by, errors) in zip(rows, decoded, strict=True):
         append(
-            JobRow(
-                id=r[0],
-                args=args,
-                encoded_args=r[1].encode(),
-                attempt=r[2],
-                attempted_at=ts.optional(r[3]),
-                attempted_by=tuple(attempted_by) if attempted_by else (),
-                created_at=ts(r[5]),
-                errors=tuple(_attempt_error(e) for e in errors) if errors else (),
-                finalized_at=ts.optional(r[7]),
-                kind=r[8],
-                max_attempts=r[9],
-                metadata=metadata,
-                priority=r[11],
-                queue=r[12],
-                scheduled_at=ts(r[13]),
-                state=_STATES_BY_VALUE[r[14]],
-                tags=tuple(tags),
-                unique_key=bytes(r[16]) if r[16] is not None else None,
-                unique_states=unique_states_from_int(r[17]),
+            _make_job(  # positional, in JobRow's field order
+                r[0],
+                args,
+                r[1].encode(),
+                r[2],
+                ts.optional(r[3]),
+                tuple(attempted_by) if attempted_by else (),
+                ts(r[5]),
+                tuple(_attempt_error(e) for e in errors) if errors else (),
+                ts.optional(r[7]),
+                r[8],
+                r[9],
+                metadata,
+                r[11],
+                r[12],
+                ts(r[13]),
+                _STATES_BY_VALUE[r[14]],
+                tuple(tags),
+                bytes(r[16]) if r[16] is not None else None,
+                unique_states_from_int(r[17]),
             )
         )
     return out
+
+
+_make_job = positional_constructor(JobRow)
 
 
 def queue_rows(rows: Sequence[Sequence[Any]]) -> list[QueueRow]:
@@ -396,7 +400,7 @@ def _op_complete(
             found[i] = by_id.get(c.id)
     hits = [f for f in found if f is not None]
     if not return_rows:
-        return [CompletionResult(id=row[0], applied=applied) for row, applied in hits]
+        return [CompletionResult(id=row[0], applied=False) for row, applied in hits if not applied]
     jobs = job_rows([row for row, _ in hits])
     return [
         CompletionResult(id=job.id, job=job, applied=applied)
