@@ -9,10 +9,11 @@ at ``FETCH_BURST / fetch_cooldown`` fetches per second. Beyond River, freed slot
 promptly while a backlog exists (the last claim filled every free slot): once a worthwhile
 share of the slots is free (half of them, at most 25) a claim runs without waiting for the
 cooldown, so a busy queue is not capped at one claim per cooldown. While that backlog lasts and
-jobs finish quickly, the producer also claims ahead: up to ``max_workers`` extra rows, no more
-than the workers get through in ``PREFETCH_HORIZON`` at the rate measured between claims, may
-wait in the ready queue, so the next claim's round trip overlaps the jobs being run instead of
-following them. Long jobs measure a low rate and get no prefetch.
+jobs finish quickly, the producer also claims ahead: up to ``PREFETCH_MAX × max_workers``
+extra rows, no more than the workers get through in ``PREFETCH_HORIZON`` at the rate measured
+between claims, may wait in the ready queue, so the next claim's round trip (several
+milliseconds while the database also writes completions) overlaps the jobs being run instead
+of following them. Long jobs measure a low rate and get no prefetch.
 
 Claimed jobs run on a pool of at most ``max_workers`` long-lived worker tasks (spawning a
 task per job costs more than a short job). Claimed rows wait in one ready queue; workers wake
@@ -63,8 +64,10 @@ QUEUE_REPORT_INTERVAL = 600.0
 QUEUE_SETTINGS_POLL = 2.0
 #: Notification- and poll-triggered fetches allowed per ``fetch_cooldown`` window.
 FETCH_BURST = 25
-#: Claimed-ahead rows are limited to what the workers start within this many seconds.
-PREFETCH_HORIZON = 0.02
+#: Claimed-ahead rows are limited to what the workers start within this many seconds...
+PREFETCH_HORIZON = 0.05
+#: ...and to this many times ``max_workers``.
+PREFETCH_MAX = 2
 
 
 class _Slot:
@@ -289,7 +292,8 @@ class Producer:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
         if self._paused:
             return 0.0
-        # rows claimed ahead may make a claim up to twice max_workers: fewer, larger claims
+        # rows claimed ahead may make a claim up to (1 + PREFETCH_MAX) × max_workers: fewer,
+        # larger claims
         limit = self._max_workers + self._prefetch - len(self._active)
         if limit <= 0:
             self._backlog = True
@@ -352,7 +356,7 @@ class Producer:
         if elapsed <= 0:
             return
         rate = (self._finished - previous[1]) / elapsed
-        self._prefetch = min(self._max_workers, int(rate * PREFETCH_HORIZON))
+        self._prefetch = min(PREFETCH_MAX * self._max_workers, int(rate * PREFETCH_HORIZON))
 
     @property
     def _client_id(self) -> str:
