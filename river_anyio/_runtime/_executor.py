@@ -167,6 +167,9 @@ class JobExecutor:
         self._thread_limiter = thread_limiter
         self._process_runner = process_runner
         self.remote_cancelled: set[int] = set()
+        #: running jobs whose scope was cancelled (remote cancel, timeout): cheaper to ask
+        #: than the scope itself (trio reads its clock for ``cancel_called``)
+        self.spent: set[int] = set()
         # job timeouts: one watchdog task (``watch_timeouts``) instead of a timer per job
         self._deadlines: dict[int, tuple[float, anyio.CancelScope]] = {}
         self._watch_at = math.inf
@@ -256,8 +259,10 @@ class JobExecutor:
         finally:
             del scopes[job_id]
             self._deadlines.pop(job_id, None)
-            cancelled = scope.cancel_called
+            spent = self.spent
+            cancelled = bool(spent) and job_id in spent
             if cancelled:
+                spent.discard(job_id)
                 ctx.cancelled.set()
             remote = self.remote_cancelled
             if remote and job_id in remote:
@@ -332,6 +337,7 @@ class JobExecutor:
             for job_id, (deadline, scope) in list(deadlines.items()):
                 if deadline <= now:
                     del deadlines[job_id]
+                    self.spent.add(job_id)
                     scope.cancel()
                 elif deadline < earliest:
                     earliest = deadline

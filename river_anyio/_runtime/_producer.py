@@ -159,6 +159,7 @@ class Producer:
         if scope is None:
             return False
         self._executor.remote_cancelled.add(job_id)
+        self._executor.spent.add(job_id)
         scope.cancel(REMOTE_CANCEL_REASON)
         row = self._active.get(job_id)
         if row is not None:
