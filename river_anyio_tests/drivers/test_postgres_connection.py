@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import anyio
 import psycopg
 import pytest
@@ -64,6 +66,31 @@ async def test_api_surface(pg_url: str) -> None:
                 await scur.execute("SELECT id FROM t ORDER BY id")
                 assert [r[0] async for r in scur] == list(range(20))
         assert conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+
+
+@pytest.mark.parametrize("autocommit", [True, False])
+async def test_sessions_run_in_utc_whatever_the_server_default(
+    pg_url: str, autocommit: bool
+) -> None:
+    """Timestamps load as UTC datetimes (River's drivers return UTC) even when the server's or
+    the caller's time zone is another one."""
+    params = conninfo_to_dict(pg_url)
+    params["options"] = "-c TimeZone=Asia/Kolkata"
+    async with await AnyioConnection.connect(
+        make_conninfo("", **params), autocommit=autocommit
+    ) as conn:
+        assert conn.autocommit is autocommit
+        assert conn.pgconn.parameter_status(b"TimeZone") == b"UTC"
+        cur = await conn.cursor(binary=True).execute(
+            "SELECT timestamptz '2026-01-02 03:04:05.678901+05:30', current_setting('TimeZone')"
+        )
+        at, zone = await cur.fetchone() or (None, None)
+        assert zone == "UTC"
+        assert at == dt.datetime(2026, 1, 1, 21, 34, 5, 678901, tzinfo=dt.UTC)
+        assert at.tzinfo is dt.UTC
+        if not autocommit:
+            assert conn.pgconn.transaction_status == pq.TransactionStatus.INTRANS
+            await conn.rollback()
 
 
 async def test_connect_by_hostname(pg_url: str) -> None:
