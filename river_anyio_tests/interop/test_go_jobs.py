@@ -304,3 +304,16 @@ def river_parse(text: str) -> dt.datetime:
     from river_anyio._timeutil import parse_rfc3339
 
     return parse_rfc3339(text)
+
+
+async def test_go_bench_works_every_job_it_inserts(river_go: RiverGo, pg_url: str) -> None:
+    """River Go's side of the side-by-side benchmark (``riverinterop bench``): it inserts its
+    no-op jobs, works them all with River's client and reports the drain."""
+    result = await river_go.call("bench", pg_url, "-n", "300", "-fetch-cooldown", "2ms")
+    assert result["jobs"] == 300
+    assert result["seconds"] > 0 and result["jobs_per_second"] > 0
+    async with open_driver(pg_url) as driver:
+        rows = await driver.executor().fetch_all(
+            "SELECT kind, state::text, count(*) FROM river_job GROUP BY 1, 2"
+        )
+    assert rows == [("river_go_bench", "completed", 300)]

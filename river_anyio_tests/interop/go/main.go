@@ -29,6 +29,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -693,6 +694,89 @@ func reportLeader(ctx context.Context, db *database, id string, done <-chan stru
 }
 
 // ---------------------------------------------------------------------------
+// bench: River Go's drain of n no-op jobs (PostgreSQL), timed as river-anyio bench -n times
+// its own: every job is inserted first, then the clock runs from the client's start until the
+// last job is completed.
+
+type benchArgs struct {
+	N int `json:"n"`
+}
+
+func (benchArgs) Kind() string { return "river_go_bench" }
+
+type benchWorker struct {
+	river.WorkerDefaults[benchArgs]
+}
+
+func (w *benchWorker) Work(ctx context.Context, job *river.Job[benchArgs]) error { return nil }
+
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+func cmdBench(ctx context.Context, db *database, n, maxWorkers int, cooldown time.Duration) error {
+	if db.pg == nil {
+		return errors.New("bench: PostgreSQL only")
+	}
+	if _, err := db.pg.Exec(ctx, "DELETE FROM river_job"); err != nil {
+		return err
+	}
+	inserter, err := river.NewClient(riverpgxv5.New(db.pg), &river.Config{Logger: quietLogger()})
+	if err != nil {
+		return err
+	}
+	params := make([]river.InsertManyParams, n)
+	for i := range params {
+		params[i] = river.InsertManyParams{Args: benchArgs{N: i}}
+	}
+	for lo := 0; lo < n; lo += 5000 {
+		if _, err := inserter.InsertManyFast(ctx, params[lo:min(lo+5000, n)]); err != nil {
+			return err
+		}
+	}
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &benchWorker{})
+	config := &river.Config{
+		Logger:  quietLogger(),
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: maxWorkers}},
+		Workers: workers,
+	}
+	if cooldown > 0 {
+		config.FetchCooldown = cooldown
+	}
+	client, err := river.NewClient(riverpgxv5.New(db.pg), config)
+	if err != nil {
+		return err
+	}
+	completed, cancel := client.Subscribe(river.EventKindJobCompleted)
+	defer cancel()
+	cpu0 := processCPU()
+	start := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return err
+	}
+	for range n {
+		<-completed
+	}
+	elapsed := time.Since(start)
+	cpu := processCPU() - cpu0
+	stopCtx, stop := context.WithTimeout(ctx, 10*time.Second)
+	defer stop()
+	if err := client.Stop(stopCtx); err != nil {
+		return err
+	}
+	emit(map[string]any{
+		"jobs":            n,
+		"seconds":         elapsed.Seconds(),
+		"jobs_per_second": float64(n) / elapsed.Seconds(),
+		"cpu_us_per_job":  float64(cpu.Microseconds()) / float64(n),
+	})
+	return nil
+}
+
+// ---------------------------------------------------------------------------
 
 func main() {
 	if len(os.Args) < 2 {
@@ -713,6 +797,9 @@ func main() {
 	fs.BoolVar(&rf.fetchOnlyKnownKinds, "fetch-only-known-kinds", false, "run")
 	fs.BoolVar(&rf.leaderElectionDisabled, "leader-election-disabled", false, "run")
 	fs.BoolVar(&rf.reportLeader, "report-leader", false, "run: emit leadership changes")
+	benchN := fs.Int("n", 20000, "bench: jobs to insert and work")
+	benchWorkers := fs.Int("max-workers", 50, "bench: workers of the queue")
+	benchCooldown := fs.Duration("fetch-cooldown", 0, "bench: River's FetchCooldown (0: its default)")
 	if err := fs.Parse(os.Args[2:]); err != nil {
 		fail(err)
 	}
@@ -729,6 +816,9 @@ func main() {
 	err = func() error {
 		if cmd == "run" {
 			return cmdRun(ctx, db, rf)
+		}
+		if cmd == "bench" {
+			return cmdBench(ctx, db, *benchN, *benchWorkers, *benchCooldown)
 		}
 		a, err := newAPI(db, &river.Config{Logger: quietLogger()})
 		if err != nil {
