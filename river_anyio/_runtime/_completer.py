@@ -54,14 +54,27 @@ PAUSES = (1.0, 2.0, 4.0)
 STREAM_BUFFER = 256
 
 
-@attrs.define(slots=True, eq=False)
+@attrs.define(slots=True, eq=False, kw_only=True)
 class Finished:
-    """A finished attempt on its way to the database."""
+    """A finished attempt on its way to the database: the completion to write (it is its own
+    :class:`~river_anyio.drivers.Completion`, so the completer hands these to the driver as
+    they are) and what events and logs need."""
 
+    # the completion (JobCompletion's fields)
+    id: int
+    attempt: int
+    state: JobState
+    finalized_at: dt.datetime | None = None
+    scheduled_at: dt.datetime | None = None
+    #: one encoded ``errors`` element
+    error: bytes | None = None
+    metadata_updates: bytes | None = None
+    attempt_new: int | None = None
+    # the attempt
     row: JobRow
-    completion: JobCompletion
     kind: EventKind
-    error: str | None
+    #: the recorded error's text, for events
+    message: str | None
     #: the attempt's start on the client's clock, and its start and end on the monotonic one
     #: (the timings are only worked out for events)
     start: dt.datetime
@@ -70,6 +83,19 @@ class Finished:
     #: the worker completed the job in its own transaction (``ctx.complete_tx``): the row
     #: not being running any more is expected, not a race
     completed_tx: bool = False
+
+    @property
+    def completion(self) -> JobCompletion:
+        return JobCompletion(
+            id=self.id,
+            attempt=self.attempt,
+            state=self.state,
+            finalized_at=self.finalized_at,
+            scheduled_at=self.scheduled_at,
+            error=self.error,
+            metadata_updates=self.metadata_updates,
+            attempt_new=self.attempt_new,
+        )
 
     @property
     def queue_wait(self) -> dt.timedelta:
@@ -175,14 +201,14 @@ class Completer:
         pending = self._pending
         async with receive:
             async for item in receive:
-                pending[item.completion.id] = item
+                pending[item.id] = item
                 # take whatever else is buffered without a checkpoint per item
                 while len(pending) < BACKLOG_HIGH:
                     try:
                         item = receive.receive_nowait()
                     except anyio.WouldBlock:
                         break
-                    pending[item.completion.id] = item
+                    pending[item.id] = item
                 n = len(pending)
                 if n >= BACKLOG_HIGH:
                     logger.warning(
@@ -235,7 +261,7 @@ class Completer:
             # cancelled mid-write (the statement is cancelled with it): keep the batch for
             # the final, shielded flush
             for f in batch:
-                self._pending.setdefault(f.completion.id, f)
+                self._pending.setdefault(f.id, f)
             raise
         if results is not None:
             self._done(batch, results)
@@ -261,7 +287,7 @@ class Completer:
             return False
         if transient:
             for f in batch:  # never overwrite a newer completion for the same job
-                self._pending.setdefault(f.completion.id, f)
+                self._pending.setdefault(f.id, f)
             self._requeued += len(batch)
             logger.warning(
                 "completer: requeued %d completions after a transient failure",
@@ -276,13 +302,12 @@ class Completer:
     async def _write(
         self, batch: list[Finished]
     ) -> tuple[list[CompletionResult] | None, BaseException | None]:
-        completions = [f.completion for f in batch]
         last_error: BaseException | None = None
         for attempt in range(self._tries):
             try:
                 with anyio.fail_after(self._try_timeout):
                     results = await self._driver.executor().job_set_state_if_running_many(
-                        completions,
+                        batch,
                         client_id=self._client_id,
                         return_rows=self._events.active,  # rows are only needed for events
                     )
@@ -366,7 +391,7 @@ class Completer:
                     kind=kind,
                     job=r.job,
                     queue=r.job.queue,
-                    error=f.error,
+                    error=f.message,
                     timings=JobTimings(
                         queue_wait=f.queue_wait,
                         run=f.run_time,

@@ -47,7 +47,6 @@ from .._work import (
     WorkContext,
     _Unset,
 )
-from ..drivers import JobCompletion
 from ._completer import Finished
 from ._util import REMOTE_CANCEL_REASON, Wakeup, loop_clock
 
@@ -105,7 +104,6 @@ def _snoozes(metadata: Any) -> int:
 
 _PENDING: Any = object()
 _make_job = positional_constructor(Job)
-_make_completion = positional_constructor(JobCompletion)
 _make_finished = positional_constructor(Finished)
 
 
@@ -472,15 +470,18 @@ class JobExecutor:
             ctx is None
             or not (ctx._metadata_updates or ctx._output is not None or ctx._completed_tx)
         ):
-            # the common case, without the general path's bookkeeping (positional, in field
-            # order: JobCompletion(id, attempt, state, finalized_at, scheduled_at, error,
-            # metadata_updates, attempt_new), Finished(row, completion, kind, error, start,
-            # started, finished_at, completed_tx))
+            # the common case, without the general path's bookkeeping (positional, in
+            # Finished's field order)
             return _make_finished(
+                row.id,
+                row.attempt,
+                JobState.COMPLETED,
+                now,
+                None,
+                None,
+                None,
+                None,
                 row,
-                _make_completion(
-                    row.id, row.attempt, JobState.COMPLETED, now, None, None, None, None
-                ),
                 EventKind.JOB_COMPLETED,
                 None,
                 start,
@@ -586,10 +587,10 @@ class JobExecutor:
             else:
                 params["metadata_updates"] = encoded
         return Finished(
+            **params,
             row=row,
-            completion=JobCompletion(**params),
             kind=kind,
-            error=error_text,
+            message=error_text,
             start=start,
             started=started,
             completed_tx=ctx is not None and ctx._completed_tx,
@@ -629,16 +630,14 @@ class JobExecutor:
     def _interrupted(self, row: JobRow, start: dt.datetime, started: float) -> Finished:
         now = self._clock.now()
         return Finished(
+            id=row.id,
+            attempt=row.attempt,
+            state=JobState.AVAILABLE,
+            scheduled_at=now,
+            attempt_new=max(row.attempt - 1, 0),
             row=row,
-            completion=JobCompletion(
-                id=row.id,
-                attempt=row.attempt,
-                state=JobState.AVAILABLE,
-                scheduled_at=now,
-                attempt_new=max(row.attempt - 1, 0),
-            ),
             kind=EventKind.JOB_INTERRUPTED,
-            error=None,
+            message=None,
             start=start,
             started=started,
         )

@@ -58,6 +58,29 @@ class InsertedJob:
     unique_skipped_as_duplicate: bool
 
 
+class Completion(Protocol):
+    """What :meth:`Executor.job_set_state_if_running_many` reads of a completion: the fields
+    of :class:`JobCompletion`, which satisfies it (the runtime passes its own records, so a
+    finished job needs no second object)."""
+
+    @property
+    def id(self) -> int: ...
+    @property
+    def attempt(self) -> int: ...
+    @property
+    def state(self) -> JobState: ...
+    @property
+    def finalized_at(self) -> dt.datetime | None: ...
+    @property
+    def scheduled_at(self) -> dt.datetime | None: ...
+    @property
+    def error(self) -> bytes | None: ...
+    @property
+    def metadata_updates(self) -> bytes | None: ...
+    @property
+    def attempt_new(self) -> int | None: ...
+
+
 @attrs.frozen(kw_only=True)
 class JobCompletion:
     """One finished attempt to persist (River's ``JobSetStateIfRunning`` parameters).
@@ -238,7 +261,7 @@ class Executor(Protocol):
         ...
 
     async def job_set_state_if_running_many(
-        self, completions: Sequence[JobCompletion], *, client_id: str, return_rows: bool = True
+        self, completions: Sequence[Completion], *, client_id: str, return_rows: bool = True
     ) -> list[CompletionResult]:
         """Persist finished attempts in one statement (PostgreSQL) or one transaction (SQLite).
 

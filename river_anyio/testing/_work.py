@@ -286,7 +286,7 @@ async def work_once(
         state=finished.completion.state,
         outcome=outcome,
         error=error,
-        error_text=finished.error,
+        error_text=finished.message,
         metadata_updates=updates,
         job=row,
     )
@@ -381,7 +381,7 @@ async def work_with_client(
         state=final.state,
         outcome=outcome,
         error=error,
-        error_text=finished.error,
+        error_text=finished.message,
         metadata_updates=updates,
         job=final,
     )

@@ -16,9 +16,9 @@ from ..._fastinit import positional_constructor
 from ..._job import AttemptError, JobRow, JobState
 from ..._timeutil import format_rfc3339nano, parse_rfc3339
 from .._protocol import (
+    Completion,
     CompletionResult,
     InsertedJob,
-    JobCompletion,
     JobInsertParams,
     JobListQuery,
     JobRescue,
@@ -210,7 +210,7 @@ def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
     ]
 
 
-def _completion_columns(completions: Sequence[JobCompletion], client_id: str) -> list[str]:
+def _completion_columns(completions: Sequence[Completion], client_id: str) -> list[str]:
     """The parameters of ``Queries.job_set_state_if_running_many``: one text per column, so
     the statement's parameter types never change (it stays prepared) and nothing is adapted
     per element."""
@@ -502,7 +502,7 @@ class PostgresExecutor:
         return rows_to_jobs(await self._run(op))
 
     async def job_set_state_if_running_many(
-        self, completions: Sequence[JobCompletion], *, client_id: str, return_rows: bool = True
+        self, completions: Sequence[Completion], *, client_id: str, return_rows: bool = True
     ) -> list[CompletionResult]:
         if not completions:
             return []

@@ -28,9 +28,9 @@ from ..._timeutil import (
 from .._protocol import (
     TOPIC_CONTROL,
     TOPIC_LEADERSHIP,
+    Completion,
     CompletionResult,
     InsertedJob,
-    JobCompletion,
     JobInsertParams,
     JobListQuery,
     JobRescue,
@@ -333,7 +333,7 @@ def _json_text(value: bytes | None) -> str:
     return value.decode() if value else "null"
 
 
-def _completion_batch(completions: Sequence[JobCompletion]) -> str:
+def _completion_batch(completions: Sequence[Completion]) -> str:
     """The completions as one JSON array of arrays (positions: ``COMPLETION_FIELDS``).
 
     ``error`` and ``metadata_updates`` are encoded JSON objects, spliced in verbatim.
@@ -355,7 +355,7 @@ def _fetch(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
     return conn.execute(sql, args).fetchall()
 
 
-def _waves(completions: Sequence[JobCompletion]) -> list[list[int]]:
+def _waves(completions: Sequence[Completion]) -> list[list[int]]:
     """Input positions grouped so that no id repeats within a group; the n-th group holds the
     n-th completion of each id, so repeated ids are applied in input order."""
     seen: dict[int, int] = {}
@@ -372,7 +372,7 @@ def _waves(completions: Sequence[JobCompletion]) -> list[list[int]]:
 def _op_complete(
     conn: apsw.Connection,
     q: Queries,
-    completions: Sequence[JobCompletion],
+    completions: Sequence[Completion],
     client_id: str,
     return_rows: bool = True,
 ) -> list[CompletionResult]:
@@ -605,7 +605,7 @@ class SQLiteExecutor:
         return await self._write(lambda c: _op_claim(c, sql, args))
 
     async def job_set_state_if_running_many(
-        self, completions: Sequence[JobCompletion], *, client_id: str, return_rows: bool = True
+        self, completions: Sequence[Completion], *, client_id: str, return_rows: bool = True
     ) -> list[CompletionResult]:
         """Persist finished attempts: one hop, one transaction, results in input order.
 
