@@ -750,7 +750,11 @@ func cmdBench(ctx context.Context, db *database, n, maxWorkers int, cooldown tim
 	if err != nil {
 		return err
 	}
-	completed, cancel := client.Subscribe(river.EventKindJobCompleted)
+	// River drops events a full subscription channel cannot take: room for all of them
+	completed, cancel := client.SubscribeConfig(&river.SubscribeConfig{
+		ChanSize: n,
+		Kinds:    []river.EventKind{river.EventKindJobCompleted},
+	})
 	defer cancel()
 	cpu0 := processCPU()
 	start := time.Now()
