@@ -86,16 +86,7 @@ class Finished:
 
     @property
     def completion(self) -> JobCompletion:
-        return JobCompletion(
-            id=self.id,
-            attempt=self.attempt,
-            state=self.state,
-            finalized_at=self.finalized_at,
-            scheduled_at=self.scheduled_at,
-            error=self.error,
-            metadata_updates=self.metadata_updates,
-            attempt_new=self.attempt_new,
-        )
+        return JobCompletion(**{name: getattr(self, name) for name in _COMPLETION_FIELDS})
 
     @property
     def queue_wait(self) -> dt.timedelta:
@@ -105,6 +96,9 @@ class Finished:
     @property
     def run_time(self) -> dt.timedelta:
         return dt.timedelta(seconds=self.finished_at - self.started)
+
+
+_COMPLETION_FIELDS = tuple(f.name for f in attrs.fields(JobCompletion))
 
 
 @attrs.frozen(kw_only=True)
