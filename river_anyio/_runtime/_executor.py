@@ -288,11 +288,8 @@ class JobExecutor:
             except anyio.get_cancelled_exc_class():
                 await self.interrupt(attempt)
                 raise
-        try:
-            self._send.send_nowait(finished)
-        except anyio.WouldBlock:
-            with anyio.CancelScope(shield=True):
-                await self._send.send(finished)
+        if not self._offer(finished):  # no coroutine unless the completer is backed up
+            await self._hand_off(finished)
 
     async def interrupt(self, attempt: Attempt) -> None:
         """The client is stopping and cancelled this attempt: give the job back, unharmed."""
@@ -347,11 +344,17 @@ class JobExecutor:
         """A claimed job that never started (the client stopped): back to ``available``."""
         await self._hand_off(self._interrupted(row, self._clock.now(), time.monotonic()))
 
-    async def _hand_off(self, finished: Finished) -> None:
-        """Give a result to the completer; only waits (shielded) when it is backed up."""
+    def _offer(self, finished: Finished) -> bool:
+        """Give a result to the completer if it can take it now."""
         try:
             self._send.send_nowait(finished)
         except anyio.WouldBlock:
+            return False
+        return True
+
+    async def _hand_off(self, finished: Finished) -> None:
+        """Give a result to the completer; only waits (shielded) when it is backed up."""
+        if not self._offer(finished):
             with anyio.CancelScope(shield=True):
                 await self._send.send(finished)
 
