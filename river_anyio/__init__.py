@@ -54,11 +54,11 @@ from ._queues_api import QueuesAPI as QueuesAPI
 from ._resumable import ResumableStepError as ResumableStepError
 from ._retry import DefaultRetryPolicy as DefaultRetryPolicy
 from ._retry import RetryPolicy as RetryPolicy
+from ._runtime._entry import open_client as open_client
+from ._runtime._entry import run_client as run_client
 from ._runtime._supervisor import ClientCrashedError as ClientCrashedError
 from ._runtime._supervisor import ClientRun as ClientRun
 from ._runtime._supervisor import Diagnostics as Diagnostics
-from ._runtime._supervisor import open_client as open_client
-from ._runtime._supervisor import run_client as run_client
 from ._version import __version__ as __version__
 from ._work import Job as Job
 from ._work import Outcome as Outcome

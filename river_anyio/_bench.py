@@ -25,7 +25,7 @@ import attrs
 from ._config import QueueConfig
 from ._insert import InsertManyParams
 from ._job import JobState
-from ._runtime._supervisor import open_client
+from ._runtime._entry import open_client
 from ._work import Job, WorkContext, Workers
 from .drivers import open_driver, redact_url
 from .migrate import Migrator

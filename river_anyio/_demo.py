@@ -22,7 +22,7 @@ from ._config import QueueConfig
 from ._events import EventKind
 from ._insert import InsertManyParams
 from ._job import InsertOpts, JobState, UniqueOpts
-from ._runtime._supervisor import open_client
+from ._runtime._entry import open_client
 from ._work import Job, Outcome, WorkContext, Workers, cancel, snooze
 from .drivers import open_driver, redact_url
 from .migrate import Migrator

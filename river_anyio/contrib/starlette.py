@@ -34,7 +34,8 @@ from typing import Any
 import anyio
 
 from .._errors import ConfigError
-from .._runtime._supervisor import ClientCrashedError, ClientRun, _config_from, open_client
+from .._runtime._entry import _config_from, open_client
+from .._runtime._supervisor import ClientCrashedError, ClientRun
 from ..drivers import Driver
 
 __all__ = ["RiverLifespan", "river_lifespan"]

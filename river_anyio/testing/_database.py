@@ -13,7 +13,8 @@ from typing import Any
 import anyio
 import attrs
 
-from .._runtime._supervisor import ClientRun, open_client
+from .._runtime._entry import open_client
+from .._runtime._supervisor import ClientRun
 from ..drivers import dialect_of_url, open_driver
 from ..migrate import Migrator
 

@@ -387,7 +387,7 @@ async def test_valid_boundary_values_are_accepted(sqlite_url: str) -> None:
 
 
 def test_driver_option_names_match_the_drivers() -> None:
-    from river_anyio._runtime._supervisor import DRIVER_OPTIONS
+    from river_anyio._runtime._entry import DRIVER_OPTIONS
     from river_anyio.drivers.postgres import open_postgres
     from river_anyio.drivers.sqlite import open_sqlite
 

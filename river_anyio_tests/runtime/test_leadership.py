@@ -195,7 +195,7 @@ async def test_a_client_with_leader_election_disabled_never_leads(database_url: 
 def test_maintenance_settings_on_a_never_leader_are_ignored_with_a_warning(
     database_url: str,
 ) -> None:
-    from river_anyio._runtime._supervisor import _config_from
+    from river_anyio._runtime._entry import _config_from
 
     m = river.MaintenanceConfig(scheduler_interval=1)
     with pytest.warns(UserWarning, match="maintenance settings are ignored"):

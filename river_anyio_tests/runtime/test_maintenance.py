@@ -15,6 +15,7 @@ import pytest
 
 import river_anyio as river
 from river_anyio._events import EventHub
+from river_anyio._runtime._entry import _config_from
 from river_anyio._runtime._maintenance import (
     BATCH_SIZE_DEFAULT,
     BATCH_SIZE_REDUCED,
@@ -28,7 +29,6 @@ from river_anyio._runtime._maintenance import (
     QueueCleaner,
     Reindexer,
 )
-from river_anyio._runtime._supervisor import _config_from
 from river_anyio._timeutil import format_sqlite_timestamp
 from river_anyio.drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams, open_driver
 
