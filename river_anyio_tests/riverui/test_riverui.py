@@ -135,17 +135,20 @@ async def test_paused_queue_shows_paused_and_resume_from_river_ui_reaches_our_cl
         one = await ui.get(f"/api/queues/{PAUSED_QUEUE}")
         assert (one["name"], one["paused_at"]) == (PAUSED_QUEUE, paused["paused_at"])
 
-        with run.subscribe() as sub:
+        with run.subscribe(E.QUEUE_RESUMED, E.JOB_COMPLETED) as sub:
             assert await ui.put(f"/api/queues/{PAUSED_QUEUE}/resume") == {"status": "ok"}
-            completed = set()
+            resumed: list[str | None] = []
+            completed: set[int] = set()
             with anyio.fail_after(30):
                 async for event in sub:
                     if event.kind is E.QUEUE_RESUMED:
-                        assert event.queue == PAUSED_QUEUE
-                    elif event.kind is E.JOB_COMPLETED and event.job is not None:
+                        resumed.append(event.queue)
+                    elif event.job is not None and event.job.queue == PAUSED_QUEUE:
                         completed.add(event.job.id)
-                        if completed >= set(mix.available):
+                        if completed == set(mix.available):
                             break
+        # River UI's resume reached our producer (by river_control) before it worked the jobs.
+        assert resumed == [PAUSED_QUEUE]
         assert not run.diagnostics.queues[PAUSED_QUEUE].paused
         assert (await ui.get(f"/api/queues/{PAUSED_QUEUE}"))["paused_at"] is None
         assert (await ui.get("/api/states"))["available"]["count"] == 0
