@@ -30,6 +30,10 @@ class RiverUIError(Exception):
     """River UI did not start, or answered a request with an error status."""
 
 
+#: Straight to loopback, whatever proxy the environment names.
+_DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -49,7 +53,7 @@ class RiverUI:
         if data is not None:
             req.add_header("Content-Type", "application/json")
         try:
-            with urllib.request.urlopen(req, timeout=30) as resp:
+            with _DIRECT.open(req, timeout=30) as resp:
                 return resp.status, json.loads(resp.read() or b"null")
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read().decode(errors="replace")
