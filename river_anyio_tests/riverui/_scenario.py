@@ -134,8 +134,8 @@ class Mix:
     available: list[int]  # waiting in the paused queue
     running: int  # the export, running until cancelled
 
-    #: The state River UI's ``/api/states`` must give each state.
     def counts(self) -> dict[str, int]:
+        """The count of each state, as River UI's ``/api/states`` must give it."""
         return {
             "available": len(self.available),
             "cancelled": 1,

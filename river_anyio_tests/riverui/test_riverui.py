@@ -52,7 +52,7 @@ async def test_river_ui_shows_our_jobs_states_and_errors(riverui_binary: Path, p
         )
         assert {states[s]["accuracy"] for s in STATES} == {"exact"}
 
-        # Lists, in River UI's orders: final states newest first, the others as River lists.
+        # Each state's list holds exactly our jobs in that state.
         completed = await ui.get("/api/jobs?state=completed&limit=100")
         assert sorted(listed_ids(completed)) == sorted(mix.completed)
         assert all(j["kind"] == "send_email" and j["queue"] == "default" for j in completed["data"])
