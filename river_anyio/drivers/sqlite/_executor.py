@@ -259,11 +259,6 @@ def _op_insert_no_returning(
     return conn.total_changes() - before
 
 
-def _op_job_get(conn: apsw.Connection, q: Queries, job_id: int) -> JobRow | None:
-    rows = conn.execute(q.job_get_by_id, (job_id,)).fetchall()
-    return job_rows(rows)[0] if rows else None
-
-
 # ---------------------------------------------------------------------------------------------
 # the runtime's hot path
 
@@ -309,10 +304,6 @@ def _completion_batch(completions: Sequence[Completion]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _fetch(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
-    return conn.execute(sql, args).fetchall()
-
-
 def _waves(completions: Sequence[Completion]) -> list[list[int]]:
     """Input positions grouped so that no id repeats within a group; the n-th group holds the
     n-th completion of each id, so repeated ids are applied in input order."""
@@ -340,7 +331,7 @@ def _op_complete(
     found: list[tuple[Any, bool] | None] = [None] * len(completions)
     for wave in _waves(completions):
         batch = [completions[i] for i in wave]
-        rows = _fetch(conn, q.job_complete_if_running, (_completion_batch(batch), now, client_id))
+        rows = _op_rows(conn, q.job_complete_if_running, (_completion_batch(batch), now, client_id))
         by_id: dict[int, tuple[Any, bool]] = {r[0]: (r, True) for r in rows}
         if len(by_id) < len(batch):
             rest = [c for c in batch if c.id not in by_id]
@@ -348,11 +339,11 @@ def _op_complete(
                 f"[{int(c.id)},{c.metadata_updates.decode()}]" for c in rest if c.metadata_updates
             ]
             if merge:
-                rows = _fetch(conn, q.job_merge_metadata, ("[" + ",".join(merge) + "]",))
+                rows = _op_rows(conn, q.job_merge_metadata, ("[" + ",".join(merge) + "]",))
                 by_id.update((r[0], (r, False)) for r in rows)
             plain = [int(c.id) for c in rest if c.id not in by_id]
             if plain:
-                rows = _fetch(conn, q.job_get_many, (json.dumps(plain),))
+                rows = _op_rows(conn, q.job_get_many, (json.dumps(plain),))
                 by_id.update((r[0], (r, False)) for r in rows)
         for i, c in zip(wave, batch, strict=True):
             found[i] = by_id.get(c.id)
@@ -386,15 +377,6 @@ def _op_queue_upsert(conn: apsw.Connection, q: Queries, name: str, metadata: str
     return queue_rows(rows)[0]
 
 
-def _op_queue_get(conn: apsw.Connection, q: Queries, name: str) -> QueueRow | None:
-    rows = conn.execute(q.queue_get, (name,)).fetchall()
-    return queue_rows(rows)[0] if rows else None
-
-
-def _op_queue_list(conn: apsw.Connection, q: Queries, limit: int) -> list[QueueRow]:
-    return queue_rows(conn.execute(q.queue_list, (limit,)).fetchall())
-
-
 def _op_queue_set_paused(
     conn: apsw.Connection, q: Queries, name: str, action: Literal["pause", "resume"]
 ) -> int:
@@ -415,10 +397,25 @@ def _op_exec_script(conn: apsw.Connection, sql: str) -> None:
         pass
 
 
-def _op_fetch_all(
-    conn: apsw.Connection, sql: str, params: tuple[Any, ...]
-) -> list[tuple[Any, ...]]:
+# One statement, one way of reading its result: the operations below are built from these.
+
+
+def _op_rows(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     return conn.execute(sql, params).fetchall()
+
+
+def _op_jobs(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> list[JobRow]:
+    return job_rows(conn.execute(sql, params).fetchall())
+
+
+def _op_job(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> JobRow | None:
+    rows = conn.execute(sql, params).fetchall()
+    return job_rows(rows)[0] if rows else None
+
+
+def _op_queue(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> QueueRow | None:
+    rows = conn.execute(sql, params).fetchall()
+    return queue_rows(rows)[0] if rows else None
 
 
 def _op_execute(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> int:
@@ -509,8 +506,8 @@ class SQLiteExecutor(SharedOperations):
         return await self._write(lambda c: _op_insert_no_returning(c, q, batch))
 
     async def job_get_by_id(self, job_id: int) -> JobRow | None:
-        q = self._q
-        return await self._read(lambda c: _op_job_get(c, q, job_id))
+        sql = self._q.job_get_by_id
+        return await self._read(lambda c: _op_job(c, sql, (job_id,)))
 
     # ---- the runtime's hot path -------------------------------------------------------------
 
@@ -572,13 +569,13 @@ class SQLiteExecutor(SharedOperations):
         return await self._write(lambda c: _op_queue_upsert(c, q, name, text))
 
     async def queue_get(self, name: str) -> QueueRow | None:
-        q = self._q
-        return await self._read(lambda c: _op_queue_get(c, q, name))
+        sql = self._q.queue_get
+        return await self._read(lambda c: _op_queue(c, sql, (name,)))
 
     async def queue_list(self, *, limit: int = 100) -> list[QueueRow]:
         """Queues ordered by name."""
-        q = self._q
-        return await self._read(lambda c: _op_queue_list(c, q, int(limit)))
+        sql, bound = self._q.queue_list, (int(limit),)
+        return await self._read(lambda c: queue_rows(_op_rows(c, sql, bound)))
 
     async def queue_pause(self, name: str) -> int:
         """Pause ``name`` (``"*"``: all) unless paused; returns the rows matched.
@@ -628,7 +625,7 @@ class SQLiteExecutor(SharedOperations):
         Outside a transaction it runs in autocommit mode: one statement is its own transaction.
         """
         bound = tuple(params)
-        return await self._read(lambda c: _op_fetch_all(c, sql, bound))
+        return await self._read(lambda c: _op_rows(c, sql, bound))
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement (``?`` placeholders); returns the number of rows it changed."""
@@ -653,7 +650,7 @@ class SQLiteExecutor(SharedOperations):
             return []
         sql = self._q.job_count_by_queue_and_state(len(states))
         bound = tuple(str(s) for s in states)
-        rows = await self._read(lambda c: _op_fetch_all(c, sql, bound))
+        rows = await self._read(lambda c: _op_rows(c, sql, bound))
         return [(q, JobState(st), int(n)) for q, st, n in rows]
 
     # ---- client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate)
@@ -662,7 +659,7 @@ class SQLiteExecutor(SharedOperations):
         """River's JobList; a ``metadata`` containment filter is PostgreSQL only."""
         sql, args = job_list_statement(query, self._q.listing)
         bound = tuple(args)
-        return await self._read(lambda c: job_rows(c.execute(sql, bound).fetchall()))
+        return await self._read(lambda c: _op_jobs(c, sql, bound))
 
     async def job_retry(self, job_id: int) -> JobRow | None:
         sql = self._q.job_retry
@@ -678,32 +675,17 @@ class SQLiteExecutor(SharedOperations):
         where, args = list_where(query, self._q.listing)
         sql = self._q.job_delete_many(where_text(where))
         bound = (*args, int(query.limit))
-
-        def op(c: apsw.Connection) -> list[JobRow]:
-            rows = job_rows(c.execute(sql, bound).fetchall())
-            return sorted(rows, key=lambda r: r.id)
-
-        return await self._write(op)
+        return await self._write(lambda c: sorted(_op_jobs(c, sql, bound), key=lambda r: r.id))
 
     async def job_update_metadata(self, job_id: int, metadata_updates: bytes) -> JobRow | None:
         sql = self._q.job_update_metadata
         bound = (int(job_id), metadata_updates.decode())
-
-        def op(c: apsw.Connection) -> JobRow | None:
-            rows = job_rows(c.execute(sql, bound).fetchall())
-            return rows[0] if rows else None
-
-        return await self._write(op)
+        return await self._write(lambda c: _op_job(c, sql, bound))
 
     async def queue_update(self, name: str, *, metadata: bytes | None = None) -> QueueRow | None:
         sql = self._q.queue_update
         text = metadata.decode() if metadata is not None else None
-
-        def op(c: apsw.Connection) -> QueueRow | None:
-            rows = queue_rows(c.execute(sql, (name, text, _now())).fetchall())
-            return rows[0] if rows else None
-
-        return await self._write(op)
+        return await self._write(lambda c: _op_queue(c, sql, (name, text, _now())))
 
     # ---- leadership and maintenance ----------------------------------------------------------
 
@@ -716,7 +698,7 @@ class SQLiteExecutor(SharedOperations):
     ) -> LeaderRow | None:
         sql = self._q.leader_attempt_elect
         args = (leader_id, _ttl_modifier(ttl), _ts_or_none(now))
-        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        rows = await self._write(lambda c: _op_rows(c, sql, args))
         return _leader(rows[0]) if rows else None
 
     async def leader_attempt_reelect(
@@ -734,7 +716,7 @@ class SQLiteExecutor(SharedOperations):
             _ts_or_none(now),
             format_sqlite_timestamp(elected_at),
         )
-        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        rows = await self._write(lambda c: _op_rows(c, sql, args))
         return _leader(rows[0]) if rows else None
 
     async def leader_resign(self, *, leader_id: str, elected_at: dt.datetime) -> bool:
@@ -749,7 +731,7 @@ class SQLiteExecutor(SharedOperations):
 
     async def leader_get_elected(self) -> LeaderRow | None:
         sql = self._q.leader_get_elected
-        rows = await self._read(lambda c: _op_fetch_all(c, sql, ()))
+        rows = await self._read(lambda c: _op_rows(c, sql, ()))
         return _leader(rows[0]) if rows else None
 
     async def job_schedule(
@@ -764,7 +746,7 @@ class SQLiteExecutor(SharedOperations):
     ) -> list[JobRow]:
         sql = self._q.job_get_stuck
         args = (format_sqlite_timestamp(stuck_horizon), int(after_id), int(limit))
-        return await self._read(lambda c: job_rows(_op_fetch_all(c, sql, args)))
+        return await self._read(lambda c: _op_jobs(c, sql, args))
 
     async def job_rescue_many(
         self, rescues: Sequence[JobRescue], *, stuck_horizon: dt.datetime
@@ -806,7 +788,7 @@ class SQLiteExecutor(SharedOperations):
     async def queue_delete_expired(self, *, updated_before: dt.datetime, limit: int) -> list[str]:
         sql = self._q.queue_delete_expired
         args = (format_sqlite_timestamp(updated_before), int(limit))
-        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        rows = await self._write(lambda c: _op_rows(c, sql, args))
         return [str(r[0]) for r in rows]
 
     async def notification_delete_before(self, *, created_before: dt.datetime, limit: int) -> int:
