@@ -31,7 +31,7 @@ __all__ = [
     "DEFAULT_UNIQUE_STATES_MASK",
     "JOB_STATES",
     "REQUIRED_UNIQUE_STATES",
-    "unique_states_of_mask",
+    "UNIQUE_STATES_BY_MASK",
     "unique_key",
     "unique_key_string",
     "unique_states_mask",
@@ -54,14 +54,10 @@ JOB_STATES: Final = (
 one table of it (both drivers' SQL and row decoding derive theirs from it)."""
 
 _STATE_BITS: Final = {state: 1 << index for index, state in enumerate(JOB_STATES)}
-_STATES_BY_MASK: Final = tuple(
+UNIQUE_STATES_BY_MASK: Final = tuple(
     frozenset(JobState(s) for s, bit in _STATE_BITS.items() if mask & bit) for mask in range(256)
 )
-
-
-def unique_states_of_mask(mask: int | None) -> frozenset[JobState] | None:
-    """The states of a stored ``unique_states`` value (``None`` stays ``None``)."""
-    return None if mask is None else _STATES_BY_MASK[mask & 0xFF]
+"""The states of each stored ``unique_states`` value (0 to 255), for decoding rows."""
 
 
 DEFAULT_UNIQUE_STATES: Final = frozenset(

@@ -14,7 +14,7 @@ import pytest
 
 from river_anyio._errors import DatabaseError, IntegrityError, UniqueViolationError
 from river_anyio._job import AttemptError, JobState
-from river_anyio._unique import unique_states_mask, unique_states_of_mask
+from river_anyio._unique import UNIQUE_STATES_BY_MASK, unique_states_mask
 from river_anyio.drivers._protocol import JobInsertParams
 from river_anyio.drivers.sqlite import SQLiteExecutor, open_sqlite
 from river_anyio.drivers.sqlite._connection import ConnectionThread, path_from_url
@@ -48,8 +48,7 @@ KEY_B = bytes(range(1, 33))
 
 
 def test_unique_states_bits() -> None:
-    assert unique_states_of_mask(None) is None
-    assert unique_states_of_mask(DEFAULT_MASK) == frozenset(
+    assert UNIQUE_STATES_BY_MASK[DEFAULT_MASK] == frozenset(
         {
             JobState.AVAILABLE,
             JobState.COMPLETED,
@@ -61,7 +60,7 @@ def test_unique_states_bits() -> None:
     )
     assert unique_states_mask([JobState.AVAILABLE]) == 1
     assert unique_states_mask([JobState.SCHEDULED]) == 128
-    assert unique_states_of_mask(0) == frozenset()
+    assert UNIQUE_STATES_BY_MASK[0] == frozenset()
 
 
 async def test_insert_returning_roundtrip(sqlite_url: str) -> None:
@@ -128,7 +127,7 @@ async def test_unique_duplicates_in_one_batch_and_across(sqlite_url: str) -> Non
         assert first[2].job.args == {"n": 1}
         assert first[2].job.kind == "test_kind"  # the existing row is returned unchanged
         assert first[0].job.unique_key == KEY_A
-        assert first[0].job.unique_states == unique_states_of_mask(DEFAULT_MASK)
+        assert first[0].job.unique_states == UNIQUE_STATES_BY_MASK[DEFAULT_MASK]
 
         second = await ex.job_insert_fast_many(
             [

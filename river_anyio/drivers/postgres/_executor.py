@@ -14,7 +14,7 @@ from psycopg.types.numeric import Int8
 from ..._errors import DatabaseError, ValidationError
 from ..._job import JobRow, JobState
 from ..._timeutil import format_rfc3339nano
-from ..._unique import unique_states_of_mask
+from ..._unique import UNIQUE_STATES_BY_MASK
 from .._protocol import (
     Completion,
     CompletionResult,
@@ -84,6 +84,7 @@ def rows_to_jobs(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
 def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
     errors = row[6]
     unique_key = row[16]
+    unique_states = row[17]
     attempted_by = row[4]
     # positional, in JobRow's field order
     return make_job(
@@ -105,7 +106,7 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
         STATE_BY_NAME[row[14]],
         tuple(row[15]),
         bytes(unique_key) if unique_key is not None else None,
-        unique_states_of_mask(row[17]),
+        UNIQUE_STATES_BY_MASK[unique_states] if unique_states is not None else None,
     )
 
 

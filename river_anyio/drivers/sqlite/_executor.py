@@ -22,7 +22,7 @@ from ..._timeutil import (
     parse_sqlite_timestamp,
     utc_now,
 )
-from ..._unique import unique_states_of_mask
+from ..._unique import UNIQUE_STATES_BY_MASK
 from .._protocol import (
     TOPIC_CONTROL,
     TOPIC_LEADERSHIP,
@@ -127,7 +127,7 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
                 STATE_BY_NAME[r[14]],
                 tuple(tags),
                 bytes(r[16]) if r[16] is not None else None,
-                unique_states_of_mask(r[17]),
+                None if r[17] is None else UNIQUE_STATES_BY_MASK[r[17] & 0xFF],
             )
         )
     return out
