@@ -24,12 +24,14 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Final, Union
 
 from . import _gojson
+from ._job import JobState
 
 __all__ = [
     "DEFAULT_UNIQUE_STATES",
     "DEFAULT_UNIQUE_STATES_MASK",
     "JOB_STATES",
     "REQUIRED_UNIQUE_STATES",
+    "UNIQUE_STATES_BY_MASK",
     "unique_key",
     "unique_key_string",
     "unique_states_mask",
@@ -48,9 +50,15 @@ JOB_STATES: Final = (
     "running",
     "scheduled",
 )
-"""All job states; a state's bit in ``unique_states`` is ``1 << index``."""
+"""All job states; a state's bit in ``unique_states`` is ``1 << index``: River's layout, the
+one table of it (both drivers' SQL and row decoding derive theirs from it)."""
 
 _STATE_BITS: Final = {state: 1 << index for index, state in enumerate(JOB_STATES)}
+UNIQUE_STATES_BY_MASK: Final = tuple(
+    frozenset(JobState(s) for s, bit in _STATE_BITS.items() if mask & bit) for mask in range(256)
+)
+"""The states of each stored ``unique_states`` value (0 to 255), for decoding rows."""
+
 
 DEFAULT_UNIQUE_STATES: Final = frozenset(
     {"available", "completed", "pending", "retryable", "running", "scheduled"}

@@ -237,7 +237,8 @@ class Executor(Protocol):
         after_id: int | None = None,
         limit: int = 100,
     ) -> list[JobRow]:
-        """Jobs matching every given filter, ordered by id ascending."""
+        """Jobs matching every given filter, ordered by id ascending (the
+        :meth:`job_list_query` of those filters, for callers that need no other)."""
         ...
 
     # --- the runtime's hot path --------------------------------------------------------------

@@ -11,10 +11,10 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from river_anyio import _errors
 from river_anyio._job import AttemptError, JobState
+from river_anyio._unique import unique_states_mask
 from river_anyio.drivers._protocol import JobInsertParams
 from river_anyio.drivers.postgres import AnyioConnection, PostgresExecutor, open_postgres
 from river_anyio.drivers.postgres._errors import translate_error
-from river_anyio.drivers.postgres._executor import unique_states_to_mask
 
 pytestmark = pytest.mark.anyio
 
@@ -211,12 +211,12 @@ async def test_unique_states_mask_round_trip(pg_url: str) -> None:
         for i, states in enumerate(
             [DEFAULT_UNIQUE, frozenset(JobState), frozenset({JobState.SCHEDULED})]
         ):
-            mask = unique_states_to_mask(states)
+            mask = unique_states_mask(states)
             (r,) = await ex.job_insert_fast_many(
                 [job(i, unique_key=bytes([i]) * 32, unique_states=mask)]
             )
             assert r.job.unique_states == states
-        assert unique_states_to_mask(DEFAULT_UNIQUE) == 0xF5
+        assert unique_states_mask(DEFAULT_UNIQUE) == 0xF5
 
 
 async def test_insert_fast_many_large_batch_is_one_statement(pg_url: str) -> None:

@@ -14,10 +14,10 @@ import pytest
 
 from river_anyio._errors import DatabaseError, IntegrityError, UniqueViolationError
 from river_anyio._job import AttemptError, JobState
+from river_anyio._unique import UNIQUE_STATES_BY_MASK, unique_states_mask
 from river_anyio.drivers._protocol import JobInsertParams
 from river_anyio.drivers.sqlite import SQLiteExecutor, open_sqlite
 from river_anyio.drivers.sqlite._connection import ConnectionThread, path_from_url
-from river_anyio.drivers.sqlite._executor import state_bit, unique_states_from_int
 
 pytestmark = pytest.mark.anyio
 
@@ -48,8 +48,7 @@ KEY_B = bytes(range(1, 33))
 
 
 def test_unique_states_bits() -> None:
-    assert unique_states_from_int(None) is None
-    assert unique_states_from_int(DEFAULT_MASK) == frozenset(
+    assert UNIQUE_STATES_BY_MASK[DEFAULT_MASK] == frozenset(
         {
             JobState.AVAILABLE,
             JobState.COMPLETED,
@@ -59,9 +58,9 @@ def test_unique_states_bits() -> None:
             JobState.SCHEDULED,
         }
     )
-    assert state_bit(JobState.AVAILABLE) == 1
-    assert state_bit(JobState.SCHEDULED) == 128
-    assert unique_states_from_int(0) == frozenset()
+    assert unique_states_mask([JobState.AVAILABLE]) == 1
+    assert unique_states_mask([JobState.SCHEDULED]) == 128
+    assert UNIQUE_STATES_BY_MASK[0] == frozenset()
 
 
 async def test_insert_returning_roundtrip(sqlite_url: str) -> None:
@@ -128,7 +127,7 @@ async def test_unique_duplicates_in_one_batch_and_across(sqlite_url: str) -> Non
         assert first[2].job.args == {"n": 1}
         assert first[2].job.kind == "test_kind"  # the existing row is returned unchanged
         assert first[0].job.unique_key == KEY_A
-        assert first[0].job.unique_states == unique_states_from_int(DEFAULT_MASK)
+        assert first[0].job.unique_states == UNIQUE_STATES_BY_MASK[DEFAULT_MASK]
 
         second = await ex.job_insert_fast_many(
             [
@@ -149,7 +148,7 @@ async def test_unique_key_only_blocks_states_in_its_mask(sqlite_url: str) -> Non
     async with open_sqlite(sqlite_url) as driver:
         ex = driver.executor()
         # a mask without 'available': available jobs don't take part in the unique index
-        mask = DEFAULT_MASK & ~state_bit(JobState.AVAILABLE)
+        mask = DEFAULT_MASK & ~unique_states_mask([JobState.AVAILABLE])
         res = await ex.job_insert_fast_many(
             [params(1, unique_key=KEY_A, unique_states=mask) for _ in range(2)]
         )

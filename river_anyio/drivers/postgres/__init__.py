@@ -65,7 +65,7 @@ class PostgresDriver:
 
     def __init__(self, pool: Pool, schema: str | None) -> None:
         self._pool = pool
-        self._queries = Queries.build(schema)
+        self._queries = Queries(schema)
         self._executor = PostgresExecutor(self._queries, pool=pool)
 
     @property

@@ -12,9 +12,9 @@ from psycopg import pq
 from psycopg.types.numeric import Int8
 
 from ..._errors import DatabaseError, ValidationError
-from ..._fastinit import positional_constructor
-from ..._job import AttemptError, JobRow, JobState
-from ..._timeutil import format_rfc3339nano, parse_rfc3339
+from ..._job import JobRow, JobState
+from ..._timeutil import format_rfc3339nano
+from ..._unique import UNIQUE_STATES_BY_MASK
 from .._protocol import (
     Completion,
     CompletionResult,
@@ -26,19 +26,19 @@ from .._protocol import (
     QueueRow,
     ScheduledJob,
 )
+from .._shared import (
+    STATE_BY_NAME,
+    SharedOperations,
+    attempt_error,
+    job_list_statement,
+    list_where,
+    make_job,
+    require_aware,
+    where_text,
+)
 from ._connection import AnyioConnection
 from ._errors import is_cached_plan_error, map_errors
-from ._maintenance_queries import MaintenanceQueries, maintenance_queries
-from ._queries import (
-    INSERT_COLUMNS,
-    Queries,
-    api_job_delete,
-    api_job_delete_many,
-    api_job_retry,
-    api_job_update_metadata,
-    api_queue_update,
-    quote_ident,
-)
+from ._queries import INSERT_COLUMNS, Queries
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable, Sequence
@@ -55,39 +55,7 @@ _UTC = dt.UTC
 _SEP = "\x1e"  # between elements of a batch column (chr(30) in SQL)
 _TAG_SEP = "\x1f"  # between the tags of one job (chr(31) in SQL)
 _COPY_CHUNK = 1 << 20
-
-# unique_states is a bit(8) whose most significant bit is "scheduled" and least significant
-# "available" (River's layout): bit i of the integer value is this state.
-_STATE_BITS = (
-    JobState.AVAILABLE,
-    JobState.CANCELLED,
-    JobState.COMPLETED,
-    JobState.DISCARDED,
-    JobState.PENDING,
-    JobState.RETRYABLE,
-    JobState.RUNNING,
-    JobState.SCHEDULED,
-)
-_STATES_BY_MASK: tuple[frozenset[JobState], ...] = tuple(
-    frozenset(s for i, s in enumerate(_STATE_BITS) if mask >> i & 1) for mask in range(256)
-)
-_STATE_BY_NAME = {s.value: s for s in JobState}
 _json_decode = json.JSONDecoder().decode
-
-
-def unique_states_to_mask(states: frozenset[JobState]) -> int:
-    """The bit(8) integer value of a set of states (River's unique_states layout)."""
-    return sum(1 << _STATE_BITS.index(s) for s in states)
-
-
-def _attempt_error(text: str) -> AttemptError:
-    obj = _json_decode(text)
-    return AttemptError(
-        at=parse_rfc3339(obj["at"]),
-        attempt=int(obj.get("attempt", 0)),
-        error=str(obj.get("error", "")),
-        trace=str(obj.get("trace", "")),
-    )
 
 
 def row_to_job(row: Sequence[Any]) -> JobRow:
@@ -119,7 +87,7 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
     unique_states = row[17]
     attempted_by = row[4]
     # positional, in JobRow's field order
-    return _make_job(
+    return make_job(
         row[0],
         args,
         row[1].encode(),
@@ -127,7 +95,7 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
         row[3],
         tuple(attempted_by) if attempted_by else (),
         row[5],
-        tuple(_attempt_error(e) for e in errors) if errors else (),
+        tuple(attempt_error(_json_decode(e)) for e in errors) if errors else (),
         row[7],
         row[8],
         row[9],
@@ -135,14 +103,11 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
         row[11],
         row[12],
         row[13],
-        _STATE_BY_NAME[row[14]],
+        STATE_BY_NAME[row[14]],
         tuple(row[15]),
         bytes(unique_key) if unique_key is not None else None,
-        _STATES_BY_MASK[unique_states] if unique_states is not None else None,
+        UNIQUE_STATES_BY_MASK[unique_states] if unique_states is not None else None,
     )
-
-
-_make_job = positional_constructor(JobRow)
 
 
 def row_to_queue(row: Sequence[Any]) -> QueueRow:
@@ -161,20 +126,15 @@ def _check_column(name: str, blob: str, expected: int) -> None:
         raise ValidationError(name, "must not contain the control character U+001E")
 
 
-def _require_aware(value: dt.datetime, field: str) -> None:
-    if value.tzinfo is None or value.utcoffset() is None:
-        raise ValidationError(field, "must be timezone-aware (naive datetimes are ambiguous)")
-
-
 def _time_text(value: dt.datetime | None, field: str) -> str:
     if value is None:
         return ""
-    _require_aware(value, field)
+    require_aware(value, field)
     return value.isoformat()
 
 
 def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
-    """One text parameter per inserted column (see ``Queries.build``), checked so no value
+    """One text parameter per inserted column (see ``Queries.job_insert_fast_many``), checked so no value
     can shift the columns out of line."""
     n = len(params)
     try:
@@ -307,7 +267,7 @@ def _copy_buffer(params: Sequence[JobInsertParams], columns: Sequence[str]) -> s
     return "\n".join(lines)
 
 
-class PostgresExecutor:
+class PostgresExecutor(SharedOperations):
     """River's operations on one PostgreSQL connection, or on pooled connections with each
     call in its own unit of work (autocommit)."""
 
@@ -369,6 +329,47 @@ class PostgresExecutor:
             finally:
                 await pool.putconn(conn)
 
+    # One statement, one way of reading its result: every operation goes through these.
+
+    async def _rows(self, query: str, values: Any = None, *, binary: bool = False) -> list[Any]:
+        """The statement's rows (none for a statement that returns none). ``binary``: binary
+        results, which load timestamps and arrays faster."""
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            cur = await conn.cursor(binary=binary).execute(query, values)
+            return [] if cur.description is None else await cur.fetchall()
+
+        return await self._run(op)
+
+    async def _row(self, query: str, values: Any = None) -> Any:
+        """The statement's first row, or None."""
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> Any:
+            cur = await conn.execute(query, values)
+            return await cur.fetchone()
+
+        return await self._run(op)
+
+    async def _count(self, query: str, values: Any = None) -> int:
+        """The number of rows the statement affected."""
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> int:
+            cur = await conn.execute(query, values)
+            return cur.rowcount
+
+        return await self._run(op)
+
+    async def _jobs(self, query: str, values: Sequence[Any]) -> list[JobRow]:
+        return [row_to_job(row) for row in await self._rows(query, values)]
+
+    async def _job(self, query: str, values: Sequence[Any]) -> JobRow | None:
+        row = await self._row(query, values)
+        return row_to_job(row) if row is not None else None
+
+    async def _queue(self, query: str, values: Sequence[Any]) -> QueueRow | None:
+        row = await self._row(query, values)
+        return row_to_queue(row) if row is not None else None
+
     # --- jobs ---------------------------------------------------------------------------------
 
     async def job_insert_fast_many(self, params: Sequence[JobInsertParams]) -> list[InsertedJob]:
@@ -380,12 +381,7 @@ class PostgresExecutor:
         self, query: str, values: Sequence[Any], params: Sequence[JobInsertParams]
     ) -> list[InsertedJob]:
         """Run a batch insert returning one row per job (and its duplicate flag)."""
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(query, values)
-            return await cur.fetchall()
-
-        rows = await self._run(op)
+        rows = await self._rows(query, values)
         if len(rows) != len(params):
             raise DatabaseError(f"insert returned {len(rows)} rows for {len(params)} jobs")
         return [
@@ -407,7 +403,7 @@ class PostgresExecutor:
             data = _copy_buffer(params, columns).encode()
         except UnicodeDecodeError as exc:
             raise ValidationError("encoded_args", f"must be UTF-8 JSON: {exc}") from None
-        statement = self._q.job_copy % ", ".join(columns)
+        statement = self._q.job_copy(", ".join(columns))
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> int:
             cur = conn.cursor()
@@ -420,53 +416,7 @@ class PostgresExecutor:
         return await self._run(op)
 
     async def job_get_by_id(self, job_id: int) -> JobRow | None:
-        query = self._q.job_get_by_id
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> Any:
-            cur = await conn.execute(query, (job_id,))
-            return await cur.fetchone()
-
-        row = await self._run(op)
-        return row_to_job(row) if row is not None else None
-
-    async def job_list(
-        self,
-        *,
-        ids: Sequence[int] | None = None,
-        kinds: Sequence[str] | None = None,
-        queues: Sequence[str] | None = None,
-        states: Sequence[JobState] | None = None,
-        after_id: int | None = None,
-        limit: int = 100,
-    ) -> list[JobRow]:
-        where: list[str] = []
-        args: list[Any] = []
-        if ids is not None:
-            where.append("id = ANY(%s::bigint[])")
-            args.append(list(ids))
-        if kinds is not None:
-            where.append("kind = ANY(%s::text[])")
-            args.append(list(kinds))
-        if queues is not None:
-            where.append("queue = ANY(%s::text[])")
-            args.append(list(queues))
-        if states is not None:
-            where.append(f"state = ANY(%s::text[]::{self._q.state_cast()}[])")
-            args.append([JobState(s).value for s in states])
-        if after_id is not None:
-            where.append("id > %s")
-            args.append(after_id)
-        query = self._q.job_list_head
-        if where:
-            query += " WHERE " + " AND ".join(where)
-        query += " ORDER BY id LIMIT %s"
-        args.append(limit)
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(query, args)
-            return await cur.fetchall()
-
-        return [row_to_job(row) for row in await self._run(op)]
+        return await self._job(self._q.job_get_by_id, (job_id,))
 
     # --- the runtime's hot path -----------------------------------------------------------------
 
@@ -493,13 +443,7 @@ class PostgresExecutor:
         else:
             query = self._q.job_get_available_kinds
             values = (queue, list(kinds), Int8(max_to_lock), by, by, client_id)
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            # binary results: timestamps and arrays load faster
-            cur = await conn.cursor(binary=True).execute(query, values)
-            return await cur.fetchall()
-
-        return rows_to_jobs(await self._run(op))
+        return rows_to_jobs(await self._rows(query, values, binary=True))
 
     async def job_set_state_if_running_many(
         self, completions: Sequence[Completion], *, client_id: str, return_rows: bool = True
@@ -511,12 +455,7 @@ class PostgresExecutor:
         query = (
             q.job_set_state_if_running_many if return_rows else q.job_set_state_if_running_many_lean
         )
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.cursor(binary=True).execute(query, values)
-            return await cur.fetchall()
-
-        rows = await self._run(op)
+        rows = await self._rows(query, values, binary=True)
         if not return_rows:  # (id, applied, ordinal), only where it did not apply
             return [CompletionResult(id=row[0], applied=False) for row in rows]
         return [
@@ -527,20 +466,13 @@ class PostgresExecutor:
     async def job_cancel(
         self, *, job_id: int, cancel_attempted_at: dt.datetime, notify: bool = True
     ) -> JobRow | None:
-        _require_aware(cancel_attempted_at, "cancel_attempted_at")
+        require_aware(cancel_attempted_at, "cancel_attempted_at")
         values = (
             Int8(job_id),
             bool(notify),
             format_rfc3339nano(cancel_attempted_at.astimezone(_UTC)),
         )
-        query = self._q.job_cancel
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> Any:
-            cur = await conn.execute(query, values)
-            return await cur.fetchone()
-
-        row = await self._run(op)
-        return row_to_job(row) if row is not None else None
+        return await self._job(self._q.job_cancel, values)
 
     # --- queues -------------------------------------------------------------------------------
 
@@ -548,35 +480,16 @@ class PostgresExecutor:
         self, *, name: str, metadata: bytes = b"{}"
     ) -> QueueRow:
         values = (name, metadata.decode() if metadata else None)
-        query = self._q.queue_create_or_set_updated_at
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> Any:
-            cur = await conn.execute(query, values)
-            return await cur.fetchone()
-
-        row = await self._run(op)
-        if row is None:
+        queue = await self._queue(self._q.queue_create_or_set_updated_at, values)
+        if queue is None:
             raise DatabaseError(f"queue upsert returned no row for {name!r}")
-        return row_to_queue(row)
+        return queue
 
     async def queue_get(self, name: str) -> QueueRow | None:
-        query = self._q.queue_get
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> Any:
-            cur = await conn.execute(query, (name,))
-            return await cur.fetchone()
-
-        row = await self._run(op)
-        return row_to_queue(row) if row is not None else None
+        return await self._queue(self._q.queue_get, (name,))
 
     async def queue_list(self, *, limit: int = 100) -> list[QueueRow]:
-        query = self._q.queue_list
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(query, (Int8(limit),))
-            return await cur.fetchall()
-
-        return [row_to_queue(row) for row in await self._run(op)]
+        return [row_to_queue(row) for row in await self._rows(self._q.queue_list, (Int8(limit),))]
 
     async def queue_pause(self, name: str) -> int:
         return await self._queue_control(self._q.queue_pause, name)
@@ -585,13 +498,7 @@ class PostgresExecutor:
         return await self._queue_control(self._q.queue_resume, name)
 
     async def _queue_control(self, query: str, name: str) -> int:
-        values = (name, name, name, name)
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> Any:
-            cur = await conn.execute(query, values)
-            return await cur.fetchone()
-
-        row = await self._run(op)
+        row = await self._row(query, (name, name, name, name))
         return int(row[0]) if row is not None else 0
 
     # --- notifications ------------------------------------------------------------------------
@@ -601,15 +508,8 @@ class PostgresExecutor:
         return f"{self._q.schema}.{topic}" if self._q.schema else topic
 
     async def notify_many(self, topic: str, payloads: Sequence[str]) -> None:
-        if not payloads:
-            return
-        query = self._q.notify_many
-        values = (self._channel(topic), list(payloads))
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> None:
-            await conn.execute(query, values)
-
-        await self._run(op)
+        if payloads:
+            await self._count(self._q.notify_many, (self._channel(topic), list(payloads)))
 
     # --- generic access -----------------------------------------------------------------------
 
@@ -623,49 +523,18 @@ class PostgresExecutor:
     async def fetch_all(self, sql_text: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         # Without parameters the text is sent as is (a literal % needs no escaping), as
         # psycopg's own execute() does.
-        values = params or None
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[tuple[Any, ...]]:
-            cur = await conn.execute(sql_text, values)
-            if cur.description is None:
-                return []
-            return [tuple(r) for r in await cur.fetchall()]
-
-        return await self._run(op)
+        return [tuple(r) for r in await self._rows(sql_text, params or None)]
 
     async def execute(self, sql_text: str, params: Sequence[Any] = ()) -> int:
-        values = params or None
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> int:
-            cur = await conn.execute(sql_text, values)
-            return cur.rowcount
-
-        return await self._run(op)
+        return await self._count(sql_text, params or None)
 
     async def table_exists(self, table: str) -> bool:
-        name = self._q.qualified(table)
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> bool:
-            cur = await conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,))
-            row = await cur.fetchone()
-            return bool(row and row[0])
-
-        return await self._run(op)
+        row = await self._row(self._q.table_exists, (self._q.qualified(table),))
+        return bool(row and row[0])
 
     async def column_exists(self, table: str, column: str) -> bool:
-        name = self._q.qualified(table)
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> bool:
-            cur = await conn.execute(
-                "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute"
-                " WHERE attrelid = to_regclass(%s) AND attname = %s"
-                " AND attnum > 0 AND NOT attisdropped)",
-                (name, column),
-            )
-            row = await cur.fetchone()
-            return bool(row and row[0])
-
-        return await self._run(op)
+        row = await self._row(self._q.column_exists, (self._q.qualified(table), column))
+        return bool(row and row[0])
 
     # --- observability ----------------------------------------------------------------------
 
@@ -674,110 +543,44 @@ class PostgresExecutor:
     ) -> list[tuple[str, JobState, int]]:
         if not states:
             return []
-        # The state filter lets River's fetching index (state, queue, ...) serve the count.
-        query = (
-            f"SELECT queue, state::text, count(*) FROM {self._q.prefix}river_job"
-            f" WHERE state = ANY(%s::{self._q.prefix}river_job_state[])"
-            " GROUP BY queue, state ORDER BY queue, state::text"
-        )
-        values = ([str(s) for s in states],)
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(query, values)
-            return await cur.fetchall()
-
-        return [(q, JobState(st), int(n)) for q, st, n in await self._run(op)]
+        rows = await self._rows(self._q.job_count_by_queue_and_state, ([str(s) for s in states],))
+        return [(q, JobState(st), int(n)) for q, st, n in rows]
 
     # --- client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate) ---
 
-    async def _fetch_jobs(self, query: str, values: Sequence[Any]) -> list[JobRow]:
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(query, values)
-            return await cur.fetchall()
-
-        return [row_to_job(row) for row in await self._run(op)]
-
-    async def _fetch_job(self, query: str, values: Sequence[Any]) -> JobRow | None:
-        rows = await self._fetch_jobs(query, values)
-        return rows[0] if rows else None
-
     async def job_list_query(self, query: JobListQuery) -> list[JobRow]:
-        where, args = _list_where(query, self._q.state_cast())
-        order = "DESC" if query.descending else "ASC"
-        if query.order_by != "id":
-            column = quote_ident(query.order_by)
-            where.extend(_cursor_predicate(query, column, args))
-            order_by = f"{column} {order}, id {order}"
-        else:
-            if query.after_id is not None:
-                where.append(f"id {'<' if query.descending else '>'} %s")
-                args.append(Int8(query.after_id))
-            order_by = f"id {order}"
-        sql_text = self._q.job_list_head
-        if where:
-            sql_text += " WHERE " + " AND ".join(where)
-        sql_text += f" ORDER BY {order_by} LIMIT %s"
-        args.append(Int8(query.limit))
-        return await self._fetch_jobs(sql_text, args)
+        return await self._jobs(*job_list_statement(query, self._q.listing))
 
     async def job_retry(self, job_id: int) -> JobRow | None:
-        return await self._fetch_job(api_job_retry(self._q.prefix), (Int8(job_id),))
+        return await self._job(self._q.job_retry, (Int8(job_id),))
 
     async def job_delete(self, job_id: int) -> JobRow | None:
-        return await self._fetch_job(api_job_delete(self._q.prefix), (Int8(job_id),))
+        return await self._job(self._q.job_delete, (Int8(job_id),))
 
     async def job_delete_many(self, query: JobListQuery) -> list[JobRow]:
-        where, args = _list_where(query, self._q.state_cast())
-        sql_text = api_job_delete_many(self._q.prefix, " AND ".join(where) or "true")
-        return await self._fetch_jobs(sql_text, [*args, Int8(query.limit)])
+        where, args = list_where(query, self._q.listing)
+        return await self._jobs(
+            self._q.job_delete_many(where_text(where)), [*args, Int8(query.limit)]
+        )
 
     async def job_update_metadata(self, job_id: int, metadata_updates: bytes) -> JobRow | None:
         values = (metadata_updates.decode(), Int8(job_id))
-        return await self._fetch_job(api_job_update_metadata(self._q.prefix), values)
+        return await self._job(self._q.job_update_metadata, values)
 
     async def queue_update(self, name: str, *, metadata: bytes | None = None) -> QueueRow | None:
-        query = api_queue_update(self._q.prefix)
         values = (metadata.decode() if metadata is not None else None, name)
-
-        async def op(conn: psycopg.AsyncConnection[Any]) -> Any:
-            cur = await conn.execute(query, values)
-            return await cur.fetchone()
-
-        row = await self._run(op)
-        return row_to_queue(row) if row is not None else None
+        return await self._queue(self._q.queue_update, values)
 
     # --- leadership and maintenance ---------------------------------------------------------------
 
-    async def _maint_rows(self, query: str, values: dict[str, Any] | None) -> list[Any]:
-        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            cur = await conn.execute(query, values)
-            if cur.description is None:
-                return []
-            return await cur.fetchall()
-
-        return await self._run(op)
-
-    async def _maint_count(self, query: str, values: dict[str, Any]) -> int:
-        async def op(conn: psycopg.AsyncConnection[Any]) -> int:
-            cur = await conn.execute(query, values)
-            return cur.rowcount
-
-        return await self._run(op)
-
-    @property
-    def _mq(self) -> MaintenanceQueries:
-        return maintenance_queries(self._q.schema)
-
     async def leader_delete_expired(self, *, now: dt.datetime | None = None) -> int:
-        return await self._maint_count(
-            self._mq.leader_delete_expired, {"now": _aware_or_none(now, "now")}
-        )
+        return await self._count(self._q.leader_delete_expired, {"now": _aware_or_none(now, "now")})
 
     async def leader_attempt_elect(
         self, *, leader_id: str, ttl: float, now: dt.datetime | None = None
     ) -> LeaderRow | None:
-        rows = await self._maint_rows(
-            self._mq.leader_attempt_elect,
+        rows = await self._rows(
+            self._q.leader_attempt_elect,
             {"leader_id": leader_id, "ttl": float(ttl), "now": _aware_or_none(now, "now")},
         )
         return _leader(rows[0]) if rows else None
@@ -790,9 +593,9 @@ class PostgresExecutor:
         ttl: float,
         now: dt.datetime | None = None,
     ) -> LeaderRow | None:
-        _require_aware(elected_at, "elected_at")
-        rows = await self._maint_rows(
-            self._mq.leader_attempt_reelect,
+        require_aware(elected_at, "elected_at")
+        rows = await self._rows(
+            self._q.leader_attempt_reelect,
             {
                 "leader_id": leader_id,
                 "elected_at": elected_at,
@@ -803,23 +606,23 @@ class PostgresExecutor:
         return _leader(rows[0]) if rows else None
 
     async def leader_resign(self, *, leader_id: str, elected_at: dt.datetime) -> bool:
-        _require_aware(elected_at, "elected_at")
-        rows = await self._maint_rows(
-            self._mq.leader_resign,
+        require_aware(elected_at, "elected_at")
+        rows = await self._rows(
+            self._q.leader_resign,
             {"leader_id": leader_id, "elected_at": elected_at, "schema": self._q.schema},
         )
         return bool(rows and rows[0][0])
 
     async def leader_get_elected(self) -> LeaderRow | None:
-        rows = await self._maint_rows(self._mq.leader_get_elected, None)
+        rows = await self._rows(self._q.leader_get_elected)
         return _leader(rows[0]) if rows else None
 
     async def job_schedule(
         self, *, horizon: dt.datetime, now: dt.datetime, limit: int
     ) -> list[ScheduledJob]:
-        _require_aware(horizon, "horizon")
-        rows = await self._maint_rows(
-            self._mq.job_schedule,
+        require_aware(horizon, "horizon")
+        rows = await self._rows(
+            self._q.job_schedule,
             {"horizon": horizon, "now": _aware_or_none(now, "now"), "limit": Int8(limit)},
         )
         return [
@@ -830,9 +633,9 @@ class PostgresExecutor:
     async def job_get_stuck(
         self, *, stuck_horizon: dt.datetime, after_id: int = 0, limit: int
     ) -> list[JobRow]:
-        _require_aware(stuck_horizon, "stuck_horizon")
-        rows = await self._maint_rows(
-            self._mq.job_get_stuck,
+        require_aware(stuck_horizon, "stuck_horizon")
+        rows = await self._rows(
+            self._q.job_get_stuck,
             {"stuck_horizon": stuck_horizon, "after_id": Int8(after_id), "limit": Int8(limit)},
         )
         return rows_to_jobs(rows)
@@ -842,17 +645,17 @@ class PostgresExecutor:
     ) -> int:
         if not rescues:
             return 0
-        _require_aware(stuck_horizon, "stuck_horizon")
+        require_aware(stuck_horizon, "stuck_horizon")
         for r in rescues:
-            _require_aware(r.scheduled_at, "scheduled_at")
+            require_aware(r.scheduled_at, "scheduled_at")
             if r.finalized_at is not None:
-                _require_aware(r.finalized_at, "finalized_at")
+                require_aware(r.finalized_at, "finalized_at")
         try:
             errors = [r.error.decode() for r in rescues]
         except UnicodeDecodeError as exc:
             raise ValidationError("error", f"must be UTF-8 JSON: {exc}") from None
-        return await self._maint_count(
-            self._mq.job_rescue_many,
+        return await self._count(
+            self._q.job_rescue_many,
             {
                 "ids": [r.id for r in rescues],
                 "errors": errors,
@@ -871,8 +674,8 @@ class PostgresExecutor:
         discarded_before: dt.datetime | None,
         limit: int,
     ) -> int:
-        return await self._maint_count(
-            self._mq.job_delete_before,
+        return await self._count(
+            self._q.job_delete_before,
             {
                 "cancelled": _aware_or_none(cancelled_before, "cancelled_before"),
                 "completed": _aware_or_none(completed_before, "completed_before"),
@@ -882,40 +685,34 @@ class PostgresExecutor:
         )
 
     async def queue_delete_expired(self, *, updated_before: dt.datetime, limit: int) -> list[str]:
-        _require_aware(updated_before, "updated_before")
-        rows = await self._maint_rows(
-            self._mq.queue_delete_expired, {"horizon": updated_before, "limit": Int8(limit)}
+        require_aware(updated_before, "updated_before")
+        rows = await self._rows(
+            self._q.queue_delete_expired, {"horizon": updated_before, "limit": Int8(limit)}
         )
         return [r[0] for r in rows]
 
     async def notification_delete_before(self, *, created_before: dt.datetime, limit: int) -> int:
-        _require_aware(created_before, "created_before")
-        return await self._maint_count(
-            self._mq.notification_delete_before,
+        require_aware(created_before, "created_before")
+        return await self._count(
+            self._q.notification_delete_before,
             {"horizon": created_before, "limit": Int8(limit)},
         )
 
     async def index_exists(self, name: str) -> bool:
-        rows = await self._maint_rows(
-            self._mq.index_exists, {"name": name, "schema": self._q.schema}
-        )
+        rows = await self._rows(self._q.index_exists, {"name": name, "schema": self._q.schema})
         return bool(rows and rows[0][0])
 
     async def index_reindex_artifacts(self, name: str) -> list[str]:
-        rows = await self._maint_rows(
-            self._mq.index_reindex_artifacts, {"name": name, "schema": self._q.schema}
+        rows = await self._rows(
+            self._q.index_reindex_artifacts, {"name": name, "schema": self._q.schema}
         )
         return [r[0] for r in rows]
 
     async def index_reindex(self, name: str) -> None:
-        await self._maint_rows(
-            f"REINDEX INDEX CONCURRENTLY {self._q.prefix}{quote_ident(name)}", None
-        )
+        await self._rows(self._q.index_reindex(name))
 
     async def index_drop_if_exists(self, name: str) -> None:
-        await self._maint_rows(
-            f"DROP INDEX CONCURRENTLY IF EXISTS {self._q.prefix}{quote_ident(name)}", None
-        )
+        await self._rows(self._q.index_drop_if_exists(name))
 
     # --- one-round-trip insert (runtime speed-ups) ------------------------------------------
 
@@ -931,63 +728,9 @@ class PostgresExecutor:
         return await self._insert(self._q.job_insert_fast_many_notify, values, params)
 
 
-def _list_where(query: JobListQuery, state_type: str) -> tuple[list[str], list[Any]]:
-    """The filters of a job list as SQL conditions and their parameters (in order)."""
-    where: list[str] = []
-    args: list[Any] = []
-    if query.ids is not None:
-        where.append("id = ANY(%s::bigint[])")
-        args.append(list(query.ids))
-    if query.kinds is not None:
-        where.append("kind = ANY(%s::text[])")
-        args.append(list(query.kinds))
-    if query.priorities is not None:
-        where.append("priority = ANY(%s::smallint[])")
-        args.append(list(query.priorities))
-    if query.queues is not None:
-        where.append("queue = ANY(%s::text[])")
-        args.append(list(query.queues))
-    if query.states is not None:
-        where.append(f"state = ANY(%s::text[]::{state_type}[])")
-        args.append([JobState(s).value for s in query.states])
-    if query.tags_all is not None:
-        where.append("tags @> %s::varchar[]")
-        args.append(list(query.tags_all))
-    if query.tags_any is not None:
-        where.append("tags && %s::varchar[]")
-        args.append(list(query.tags_any))
-    if query.metadata is not None:
-        where.append("metadata @> %s::jsonb")
-        args.append(query.metadata.decode())
-    return where, args
-
-
-def _cursor_predicate(query: JobListQuery, column: str, args: list[Any]) -> list[str]:
-    """River's keyset condition for resuming after the cursor row, ordered by ``column`` then
-    id (PostgreSQL puts NULLs last ascending, first descending)."""
-    if query.after_id is None:
-        return []
-    after = Int8(query.after_id)
-    desc = query.descending
-    if query.after_time is None and not query.time_nullable:
-        args.append(after)
-        return [f"id {'<' if desc else '>'} %s"]
-    if query.after_time is None:  # the cursor row's time was NULL
-        args.append(after)
-        if desc:
-            return [f"({column} IS NOT NULL OR id < %s)"]
-        return [f"({column} IS NULL AND id > %s)"]
-    _require_aware(query.after_time, "after_time")
-    args.extend([query.after_time, query.after_time, after])
-    if desc:
-        return [f"({column} < %s OR ({column} = %s AND id < %s))"]
-    or_null = f" OR {column} IS NULL" if query.time_nullable else ""
-    return [f"({column} > %s OR ({column} = %s AND id > %s){or_null})"]
-
-
 def _aware_or_none(value: dt.datetime | None, field: str) -> dt.datetime | None:
     if value is not None:
-        _require_aware(value, field)
+        require_aware(value, field)
     return value
 
 

@@ -1,18 +1,26 @@
-"""SQL text for the PostgreSQL executor, built once per schema.
+"""Every statement the PostgreSQL executor runs, one named property each, built once per schema.
 
 Every reference to a River table, type or function carries the schema prefix (``"schema".``
 when one is configured, nothing otherwise so ``search_path`` decides). Column lists are always
 explicit: a prepared ``SELECT *`` breaks when another connection alters the table.
+
+Parameters are positional (``%s``) except in the leadership and maintenance statements, which
+name theirs (``%(name)s``); there a ``now`` of NULL means the database's ``now()``, as River's
+queries do unless a test time is set. A statement that depends on a call's values (a list's
+filters, an index name) is a method completing the statement's text.
 """
 
 from __future__ import annotations
 
-import functools
+import datetime as dt
+from functools import cached_property
 
-import attrs
 from psycopg import sql
+from psycopg.types.numeric import Int8
 
-__all__ = ["JOB_COLUMNS", "QUEUE_COLUMNS", "Queries", "quote_ident"]
+from .._shared import ListDialect, require_aware
+
+__all__ = ["INSERT_COLUMNS", "JOB_COLUMNS", "QUEUE_COLUMNS", "Queries", "quote_ident"]
 
 #: Column order of a job row as the executor reads it (see ``_executor.row_to_job``).
 JOB_COLUMNS = (
@@ -55,59 +63,63 @@ INSERT_COLUMNS = (
     "unique_states",
 )
 
+_FINAL_STATES = "('cancelled', 'completed', 'discarded')"
+_LEADER_COLUMNS = "leader_id, elected_at, expires_at"
+_NOW = "coalesce(%(now)s::timestamptz, now())"
+#: The job columns read through the alias ``j``.
+_JCOLS = ", ".join("j." + c for c in JOB_COLUMNS)
+_COLS = ", ".join(JOB_COLUMNS)
+_QCOLS = ", ".join(QUEUE_COLUMNS)
+
 
 def quote_ident(name: str) -> str:
     """A double-quoted SQL identifier (embedded quotes doubled)."""
     return sql.Identifier(name).as_string(None)
 
 
-def _channel(schema: str | None, topic: str) -> str:
-    """SQL for a notification channel: ``<schema>.<topic>``, the session's current schema when
-    none is configured."""
-    if schema:
-        return sql.Literal(f"{schema}.{topic}").as_string(None)
-    return f"(current_schema() || {sql.Literal('.' + topic).as_string(None)})"
+def _after_time(value: dt.datetime) -> dt.datetime:
+    require_aware(value, "after_time")
+    return value
 
 
-def _job_select(prefix: str = "") -> str:
-    return ", ".join(prefix + c for c in JOB_COLUMNS)
+def _from_micros(expr: str) -> str:
+    """SQL for the timestamptz ``expr`` microseconds after the epoch (exact over the whole
+    timestamp range: the float multiplications involved are exact)."""
+    return (
+        f"(timestamptz 'epoch' + ({expr} / 1000000) * interval '1 second'"
+        f" + mod({expr}, 1000000) * interval '1 microsecond')"
+    )
 
 
-@attrs.frozen
 class Queries:
     """The statements of one schema (``schema`` None: unqualified names)."""
 
-    schema: str | None
-    prefix: str
-    job_insert_fast_many: str
-    job_copy: str
-    job_get_by_id: str
-    job_list_head: str
-    notify_many: str
-    job_get_available: str
-    job_get_available_kinds: str
-    job_set_state_if_running_many: str
-    job_set_state_if_running_many_lean: str
-    job_cancel: str
-    queue_create_or_set_updated_at: str
-    queue_get: str
-    queue_list: str
-    queue_pause: str
-    queue_resume: str
-    #: ``notify_many`` and ``job_insert_fast_many`` in one statement: the notification's
-    #: parameters first, then the insert's; an extra last column counts the notifications
-    job_insert_fast_many_notify: str
+    def __init__(self, schema: str | None) -> None:
+        self.schema = schema
+        self.prefix = quote_ident(schema) + "." if schema else ""
 
-    @classmethod
-    def build(cls, schema: str | None) -> Queries:
-        p = quote_ident(schema) + "." if schema else ""
-        cols = _job_select()
-        # The batch arrives as one text parameter per column: every element preceded by a
-        # chr(30) separator (so an empty element survives), tags of one job joined by chr(31).
-        # Splitting server-side avoids per-element adaptation in Python; the first (empty)
-        # element is dropped with [2:].
+    def _channel(self, topic: str) -> str:
+        """SQL for a notification channel: ``<schema>.<topic>``, the session's current schema
+        when none is configured."""
+        if self.schema:
+            return sql.Literal(f"{self.schema}.{topic}").as_string(None)
+        return f"(current_schema() || {sql.Literal('.' + topic).as_string(None)})"
+
+    def qualified(self, table: str) -> str:
+        """``table`` qualified with the schema (for ``to_regclass``)."""
+        return self.prefix + quote_ident(table)
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    @cached_property
+    def job_insert_fast_many(self) -> str:
+        """The batch arrives as one text parameter per column: every element preceded by a
+        chr(30) separator (so an empty element survives), tags of one job joined by chr(31).
+        Splitting server-side avoids per-element adaptation in Python; the first (empty)
+        element is dropped with [2:]."""
+        p = self.prefix
         fields = ", ".join("(string_to_array(%s, chr(30)))[2:]" for _ in INSERT_COLUMNS)
-        insert_fast_many = f"""
+        return f"""
 INSERT INTO {p}river_job (
     args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
     tags, unique_key, unique_states
@@ -135,81 +147,69 @@ ON CONFLICT (unique_key)
         AND unique_states IS NOT NULL
         AND {p}river_job_state_in_bitmask(unique_states, state)
     DO UPDATE SET unique_key = excluded.unique_key
-RETURNING {cols}, xmax::text <> '0'"""
-        notify_many = (
-            "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS n(payload)"
-            if schema
-            else "SELECT pg_notify(concat(current_schema(), '.', %s::text), payload) "
-            "FROM unnest(%s::text[]) AS n(payload)"
-        )
-        claim = _claim(p, kinds=False)
-        claim_kinds = _claim(p, kinds=True)
-        control = _channel(schema, "river_control")
-        qcols = ", ".join(QUEUE_COLUMNS)
-        return cls(
-            schema=schema,
-            prefix=p,
-            job_insert_fast_many=insert_fast_many,
-            job_copy=f"COPY {p}river_job (%s) FROM STDIN",
-            job_get_by_id=f"SELECT {cols} FROM {p}river_job WHERE id = %s",
-            job_list_head=f"SELECT {cols} FROM {p}river_job",
-            notify_many=notify_many,
-            job_get_available=claim,
-            job_get_available_kinds=claim_kinds,
-            job_set_state_if_running_many=_set_state_many(p),
-            job_set_state_if_running_many_lean=_set_state_many(p, lean=True),
-            job_cancel=_cancel(p, control),
-            queue_create_or_set_updated_at=f"""
-INSERT INTO {p}river_queue AS q (name, created_at, metadata, paused_at, updated_at)
-VALUES (%s::text, now(), coalesce(%s::jsonb, '{{}}'), NULL, now())
-ON CONFLICT (name) DO UPDATE SET updated_at = now()
-RETURNING {qcols}""",
-            queue_get=f"SELECT {qcols} FROM {p}river_queue WHERE name = %s::text",
-            queue_list=f"SELECT {qcols} FROM {p}river_queue ORDER BY name LIMIT %s",
-            queue_pause=_queue_control(
-                p,
-                control,
-                "pause",
-                "paused_at = coalesce(paused_at, now()), "
-                "updated_at = CASE WHEN paused_at IS NULL THEN now() ELSE updated_at END",
-            ),
-            queue_resume=_queue_control(
-                p,
-                control,
-                "resume",
-                "paused_at = NULL, "
-                "updated_at = CASE WHEN paused_at IS NULL THEN updated_at ELSE now() END",
-            ),
-            # The count forces the notification CTE to run (once, whatever the row count);
-            # RETURNING order is the insert's input order.
-            job_insert_fast_many_notify=(
-                f"WITH notified AS MATERIALIZED ({notify_many}),\n"
-                f"inserted AS ({insert_fast_many})\n"
-                "SELECT inserted.*, (SELECT count(*) FROM notified) FROM inserted"
-            ),
+RETURNING {_COLS}, xmax::text <> '0'"""
+
+    @cached_property
+    def job_insert_fast_many_notify(self) -> str:
+        """``notify_many`` and ``job_insert_fast_many`` in one statement: the notification's
+        parameters first, then the insert's; an extra last column counts the notifications.
+        The count forces the notification CTE to run (once, whatever the row count);
+        RETURNING order is the insert's input order."""
+        return (
+            f"WITH notified AS MATERIALIZED ({self.notify_many}),\n"
+            f"inserted AS ({self.job_insert_fast_many})\n"
+            "SELECT inserted.*, (SELECT count(*) FROM notified) FROM inserted"
         )
 
-    def state_cast(self) -> str:
-        return f"{self.prefix}river_job_state"
+    def job_copy(self, columns: str) -> str:
+        """COPY of the named columns (text format)."""
+        return f"COPY {self.prefix}river_job ({columns}) FROM STDIN"
 
-    def qualified(self, table: str) -> str:
-        """``table`` qualified with the schema (for ``to_regclass``)."""
-        return self.prefix + quote_ident(table)
+    @cached_property
+    def job_get_by_id(self) -> str:
+        return f"SELECT {_COLS} FROM {self.prefix}river_job WHERE id = %s"
 
+    @cached_property
+    def listing(self) -> ListDialect:
+        """How a job list is written here (see ``_shared.job_list_statement``)."""
+        return ListDialect(
+            name="PostgreSQL",
+            head=f"SELECT {_COLS} FROM {self.prefix}river_job",
+            placeholder="%s",
+            member="{column} = ANY(%s::{type}[])",
+            state_type=f"text[]::{self.prefix}river_job_state",
+            array=list,
+            tags_all="tags @> %s::varchar[]",
+            tags_any="tags && %s::varchar[]",
+            metadata_contains="metadata @> %s::jsonb",
+            bind_int=Int8,
+            bind_time=_after_time,
+            time_column=quote_ident,
+        )
 
-_FINAL_STATES = "('cancelled', 'completed', 'discarded')"
+    @cached_property
+    def job_count_by_queue_and_state(self) -> str:
+        """The state filter lets River's fetching index (state, queue, ...) serve the count."""
+        p = self.prefix
+        return (
+            f"SELECT queue, state::text, count(*) FROM {p}river_job"
+            f" WHERE state = ANY(%s::{p}river_job_state[])"
+            " GROUP BY queue, state ORDER BY queue, state::text"
+        )
 
+    # --- the runtime's hot path ---------------------------------------------------------------
 
-def _claim(p: str, *, kinds: bool) -> str:
-    """The claim: lock due available rows in fetch order, skipping rows other claimers hold,
-    then mark them running. Parameters: queue, [kinds,] limit, max_attempted_by, client id.
+    def _claim(self, *, kinds: bool) -> str:
+        """The claim: lock due available rows in fetch order, skipping rows other claimers
+        hold, then mark them running. Parameters: queue, [kinds,] limit, max_attempted_by
+        (twice), client id.
 
-    ``attempted_by`` keeps its newest ``max - 1`` entries before the client id is appended.
-    The outer query restores the fetch order (an UPDATE's RETURNING has none).
-    """
-    kind_filter = "\n        AND kind = ANY(%s::text[])" if kinds else ""
-    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
-    return f"""
+        ``attempted_by`` keeps its newest ``max - 1`` entries before the client id is appended.
+        The outer query restores the fetch order (an UPDATE's RETURNING has none).
+        """
+        p = self.prefix
+        kind_filter = "\n        AND kind = ANY(%s::text[])" if kinds else ""
+        return f"""
 WITH picked AS (
     SELECT id
     FROM {p}river_job
@@ -231,33 +231,32 @@ WITH picked AS (
         END || %s::varchar(255)
     FROM picked
     WHERE j.id = picked.id
-    RETURNING {jcols}
+    RETURNING {_JCOLS}
 )
 SELECT * FROM claimed ORDER BY priority, scheduled_at, id"""
 
+    @cached_property
+    def job_get_available(self) -> str:
+        return self._claim(kinds=False)
 
-def _from_micros(expr: str) -> str:
-    """SQL for the timestamptz ``expr`` microseconds after the epoch (exact over the whole
-    timestamp range: the float multiplications involved are exact)."""
-    return (
-        f"(timestamptz 'epoch' + ({expr} / 1000000) * interval '1 second'"
-        f" + mod({expr}, 1000000) * interval '1 microsecond')"
-    )
+    @cached_property
+    def job_get_available_kinds(self) -> str:
+        return self._claim(kinds=True)
 
+    def _set_state_many(self, *, lean: bool) -> str:
+        """The batch completion. Parameters (one text per column, see ``_executor``): ids,
+        attempts and states joined by commas; new attempts, finalized_at and scheduled_at
+        (microseconds since the epoch) each element preceded by a comma, so an empty one is
+        NULL; errors and metadata updates each preceded by chr(30); then the client id.
 
-def _set_state_many(p: str, *, lean: bool = False) -> str:
-    """The batch completion. Parameters (one text per column, see ``_executor``): ids,
-    attempts and states joined by commas; new attempts, finalized_at and scheduled_at
-    (microseconds since the epoch) each element preceded by a comma, so an empty one is
-    NULL; errors and metadata updates each preceded by chr(30); then the client id.
-
-    A row takes the new state only while it is running the given attempt for this client
-    (``applies``); metadata updates merge either way. Rows left alone are read back as they
-    are; results follow the input order. ``lean``: only the ids of the completions that did not
-    apply (usually none: nothing to decode when nobody needs the rows).
-    """
-    jcols = "j.id" if lean else ", ".join("j." + c for c in JOB_COLUMNS)
-    return f"""
+        A row takes the new state only while it is running the given attempt for this client
+        (``applies``); metadata updates merge either way. Rows left alone are read back as
+        they are; results follow the input order. ``lean``: only the ids of the completions
+        that did not apply (usually none: nothing to decode when nobody needs the rows).
+        """
+        p = self.prefix
+        jcols = "j.id" if lean else _JCOLS
+        return f"""
 WITH input AS (
     SELECT *
     FROM unnest(
@@ -337,15 +336,23 @@ JOIN {p}river_job AS j ON j.id = t.id
 WHERE NOT t.applies AND t.metadata IS NULL
 ORDER BY {(1 if lean else len(JOB_COLUMNS)) + 2}"""
 
+    @cached_property
+    def job_set_state_if_running_many(self) -> str:
+        return self._set_state_many(lean=False)
 
-def _cancel(p: str, channel: str) -> str:
-    """River's JobCancel. Parameters: id, cancel_attempted_at (RFC 3339 text), notify flag.
+    @cached_property
+    def job_set_state_if_running_many_lean(self) -> str:
+        return self._set_state_many(lean=True)
 
-    A running row keeps running (its worker is told through the control notification); any
-    other non-final row is cancelled. A final row is read back unchanged.
-    """
-    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
-    return f"""
+    @cached_property
+    def job_cancel(self) -> str:
+        """River's JobCancel. Parameters: id, notify flag, cancel_attempted_at (RFC 3339 text).
+
+        A running row keeps running (its worker is told through the control notification); any
+        other non-final row is cancelled. A final row is read back unchanged.
+        """
+        p = self.prefix
+        return f"""
 WITH locked AS (
     SELECT id, queue, state, state IN {_FINAL_STATES} OR finalized_at IS NOT NULL AS final
     FROM {p}river_job
@@ -353,7 +360,7 @@ WITH locked AS (
     FOR UPDATE
 ), notified AS (
     SELECT pg_notify(
-        {channel},
+        {self._channel("river_control")},
         json_build_object('action', 'cancel', 'job_id', id, 'queue', queue)::text
     )
     FROM locked
@@ -365,23 +372,40 @@ WITH locked AS (
         metadata = jsonb_set(j.metadata, '{{cancel_attempted_at}}', to_jsonb(%s::text))
     FROM locked AS l
     WHERE j.id = l.id AND NOT l.final
-    RETURNING {jcols}
+    RETURNING {_JCOLS}
 )
 SELECT *, (SELECT count(*) FROM notified) FROM updated
 UNION ALL
-SELECT {jcols}, 0
+SELECT {_JCOLS}, 0
 FROM {p}river_job AS j
 JOIN locked AS l ON l.id = j.id
 WHERE l.final"""
 
+    # --- queues -----------------------------------------------------------------------------
 
-def _queue_control(p: str, channel: str, action: str, assignments: str) -> str:
-    """Pause or resume a queue (``*``: all) and send the control notification in the same
-    statement, as River does, unless a named queue matched nothing. Parameters: the name,
-    three times. Returns the rows matched."""
-    return f"""
+    @cached_property
+    def queue_create_or_set_updated_at(self) -> str:
+        return f"""
+INSERT INTO {self.prefix}river_queue AS q (name, created_at, metadata, paused_at, updated_at)
+VALUES (%s::text, now(), coalesce(%s::jsonb, '{{}}'), NULL, now())
+ON CONFLICT (name) DO UPDATE SET updated_at = now()
+RETURNING {_QCOLS}"""
+
+    @cached_property
+    def queue_get(self) -> str:
+        return f"SELECT {_QCOLS} FROM {self.prefix}river_queue WHERE name = %s::text"
+
+    @cached_property
+    def queue_list(self) -> str:
+        return f"SELECT {_QCOLS} FROM {self.prefix}river_queue ORDER BY name LIMIT %s"
+
+    def _queue_control(self, action: str, assignments: str) -> str:
+        """Pause or resume a queue (``*``: all) and send the control notification in the same
+        statement, as River does, unless a named queue matched nothing. Parameters: the name,
+        four times. Returns the rows matched."""
+        return f"""
 WITH updated AS (
-    UPDATE {p}river_queue
+    UPDATE {self.prefix}river_queue
     SET {assignments}
     WHERE %s::text = '*' OR name = %s::text
     RETURNING 1
@@ -390,24 +414,56 @@ WITH updated AS (
 )
 SELECT m.n, (
     SELECT count(pg_notify(
-        {channel}, json_build_object('action', '{action}', 'queue', %s::text)::text
+        {self._channel("river_control")},
+        json_build_object('action', '{action}', 'queue', %s::text)::text
     )::text)
     WHERE m.n > 0 OR %s::text = '*'
 )
 FROM matched AS m"""
 
+    @cached_property
+    def queue_pause(self) -> str:
+        return self._queue_control(
+            "pause",
+            "paused_at = coalesce(paused_at, now()), "
+            "updated_at = CASE WHEN paused_at IS NULL THEN now() ELSE updated_at END",
+        )
 
-# ---------------------------------------------------------------------------------------------
-# client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate). Built
-# per call from the schema prefix and cached: these are not on the runtime's hot path.
+    @cached_property
+    def queue_resume(self) -> str:
+        return self._queue_control(
+            "resume",
+            "paused_at = NULL, "
+            "updated_at = CASE WHEN paused_at IS NULL THEN updated_at ELSE now() END",
+        )
 
+    # --- notifications and generic access ---------------------------------------------------
 
-@functools.cache
-def api_job_retry(p: str) -> str:
-    """Parameter: the id. The row is locked first; a running job, or an available one already
-    due, is read back unchanged (the CTE's snapshot predates the update)."""
-    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
-    return f"""
+    @cached_property
+    def notify_many(self) -> str:
+        """Parameters: the topic (the channel, when a schema is configured), the payloads."""
+        if self.schema:
+            return "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS n(payload)"
+        return (
+            "SELECT pg_notify(concat(current_schema(), '.', %s::text), payload) "
+            "FROM unnest(%s::text[]) AS n(payload)"
+        )
+
+    table_exists = "SELECT to_regclass(%s) IS NOT NULL"
+    column_exists = (
+        "SELECT EXISTS (SELECT 1 FROM pg_catalog.pg_attribute"
+        " WHERE attrelid = to_regclass(%s) AND attname = %s"
+        " AND attnum > 0 AND NOT attisdropped)"
+    )
+
+    # --- client job and queue APIs (River's JobRetry/JobDelete/JobUpdate/QueueUpdate) -------
+
+    @cached_property
+    def job_retry(self) -> str:
+        """Parameter: the id. The row is locked first; a running job, or an available one
+        already due, is read back unchanged (the CTE's snapshot predates the update)."""
+        p = self.prefix
+        return f"""
 WITH target AS (
     SELECT id FROM {p}river_job WHERE id = %s FOR UPDATE
 ), retried AS (
@@ -423,42 +479,40 @@ WITH target AS (
     WHERE j.id = t.id
         AND j.state <> 'running'
         AND NOT (j.state = 'available' AND j.scheduled_at < now())
-    RETURNING {jcols}
+    RETURNING {_JCOLS}
 )
 SELECT * FROM retried
 UNION ALL
-SELECT {jcols}
+SELECT {_JCOLS}
 FROM {p}river_job AS j
 JOIN target AS t ON t.id = j.id
 WHERE NOT EXISTS (SELECT 1 FROM retried)"""
 
-
-@functools.cache
-def api_job_delete(p: str) -> str:
-    """Parameter: the id. A running row is returned undeleted."""
-    jcols = ", ".join("j." + c for c in JOB_COLUMNS)
-    return f"""
+    @cached_property
+    def job_delete(self) -> str:
+        """Parameter: the id. A running row is returned undeleted."""
+        p = self.prefix
+        return f"""
 WITH target AS (
     SELECT id, state = 'running' AS running FROM {p}river_job WHERE id = %s FOR UPDATE
 ), deleted AS (
     DELETE FROM {p}river_job AS j
     USING target AS t
     WHERE j.id = t.id AND NOT t.running
-    RETURNING {jcols}
+    RETURNING {_JCOLS}
 )
 SELECT * FROM deleted
 UNION ALL
-SELECT {jcols}
+SELECT {_JCOLS}
 FROM {p}river_job AS j
 JOIN target AS t ON t.id = j.id
 WHERE t.running"""
 
-
-@functools.cache
-def api_job_delete_many(p: str, where: str) -> str:
-    """``where`` is the filter text of :func:`api_list_where` (its parameters come first),
-    then the limit."""
-    return f"""
+    def job_delete_many(self, where: str) -> str:
+        """``where`` is a list's filter text (``_shared.list_where``; its parameters come
+        first), then the limit."""
+        p = self.prefix
+        return f"""
 WITH picked AS (
     SELECT id
     FROM {p}river_job
@@ -470,27 +524,242 @@ WITH picked AS (
     DELETE FROM {p}river_job AS j
     USING picked
     WHERE j.id = picked.id
-    RETURNING {", ".join("j." + c for c in JOB_COLUMNS)}
+    RETURNING {_JCOLS}
 )
 SELECT * FROM deleted ORDER BY id"""
 
-
-@functools.cache
-def api_job_update_metadata(p: str) -> str:
-    """Parameters: the encoded metadata updates, the id."""
-    return f"""
-UPDATE {p}river_job
+    @cached_property
+    def job_update_metadata(self) -> str:
+        """Parameters: the encoded metadata updates, the id."""
+        return f"""
+UPDATE {self.prefix}river_job
 SET metadata = metadata || %s::jsonb
 WHERE id = %s
-RETURNING {_job_select()}"""
+RETURNING {_COLS}"""
 
-
-@functools.cache
-def api_queue_update(p: str) -> str:
-    """Parameters: the new metadata (NULL keeps it), the name."""
-    return f"""
-UPDATE {p}river_queue
+    @cached_property
+    def queue_update(self) -> str:
+        """Parameters: the new metadata (NULL keeps it), the name."""
+        return f"""
+UPDATE {self.prefix}river_queue
 SET metadata = coalesce(%s::jsonb, metadata),
     updated_at = now()
 WHERE name = %s::text
-RETURNING {", ".join(QUEUE_COLUMNS)}"""
+RETURNING {_QCOLS}"""
+
+    # --- leadership and maintenance (named parameters) --------------------------------------
+
+    @cached_property
+    def leader_delete_expired(self) -> str:
+        return f"DELETE FROM {self.prefix}river_leader WHERE expires_at < {_NOW}"
+
+    @cached_property
+    def leader_attempt_elect(self) -> str:
+        return f"""
+INSERT INTO {self.prefix}river_leader (leader_id, elected_at, expires_at)
+SELECT %(leader_id)s::text, t.now, t.now + make_interval(secs => %(ttl)s::double precision)
+FROM (SELECT {_NOW} AS now) AS t
+ON CONFLICT (name) DO NOTHING
+RETURNING {_LEADER_COLUMNS}"""
+
+    @cached_property
+    def leader_attempt_reelect(self) -> str:
+        return f"""
+UPDATE {self.prefix}river_leader AS l
+SET expires_at = t.now + make_interval(secs => %(ttl)s::double precision)
+FROM (SELECT {_NOW} AS now) AS t
+WHERE l.elected_at = %(elected_at)s::timestamptz
+    AND l.expires_at >= t.now
+    AND l.leader_id = %(leader_id)s::text
+RETURNING l.leader_id, l.elected_at, l.expires_at"""
+
+    @cached_property
+    def leader_resign(self) -> str:
+        """The row is deleted and followers told, in one statement (as River)."""
+        return f"""
+WITH resigned AS (
+    DELETE FROM {self.prefix}river_leader
+    WHERE elected_at = %(elected_at)s::timestamptz AND leader_id = %(leader_id)s::text
+    RETURNING leader_id
+)
+SELECT count(pg_notify(
+    {self._channel("river_leadership")},
+    json_build_object('leader_id', leader_id, 'action', 'resigned')::text
+))
+FROM resigned"""
+
+    @cached_property
+    def leader_get_elected(self) -> str:
+        return f"SELECT {_LEADER_COLUMNS} FROM {self.prefix}river_leader"
+
+    @cached_property
+    def job_schedule(self) -> str:
+        """River's JobSchedule in one statement. Parameters: horizon, limit, now.
+
+        Eligible rows are locked in fetch order. A unique row (key and states set) is discarded
+        when another row holds its key in a state of that row's own unique states, or when an
+        earlier eligible row shares its key; every other row becomes available.
+        """
+        p = self.prefix
+        return f"""
+WITH eligible AS (
+    SELECT id, unique_key, unique_states, priority, scheduled_at
+    FROM {p}river_job
+    WHERE state IN ('retryable', 'scheduled')
+        AND priority >= 0
+        AND queue IS NOT NULL
+        AND scheduled_at <= %(horizon)s::timestamptz
+    ORDER BY priority, scheduled_at, id
+    LIMIT %(limit)s
+    FOR UPDATE
+), ranked AS (
+    SELECT e.id, e.unique_key,
+        CASE WHEN e.unique_key IS NOT NULL AND e.unique_states IS NOT NULL
+            THEN row_number() OVER (
+                PARTITION BY e.unique_key ORDER BY e.priority, e.scheduled_at, e.id
+            )
+        END AS key_rank
+    FROM eligible AS e
+), taken AS (
+    SELECT DISTINCT r.unique_key
+    FROM ranked AS r
+    JOIN {p}river_job AS other
+        ON other.unique_key = r.unique_key AND other.id <> r.id
+    WHERE r.key_rank IS NOT NULL
+        AND other.unique_states IS NOT NULL
+        AND {p}river_job_state_in_bitmask(other.unique_states, other.state)
+), decided AS (
+    SELECT r.id, (r.key_rank IS NOT NULL AND (t.unique_key IS NOT NULL OR r.key_rank > 1))
+        AS discard
+    FROM ranked AS r
+    LEFT JOIN taken AS t ON t.unique_key = r.unique_key
+), moved AS (
+    UPDATE {p}river_job AS j
+    SET state = CASE WHEN d.discard THEN 'discarded' ELSE 'available' END::{p}river_job_state,
+        finalized_at = CASE
+            WHEN d.discard THEN coalesce(%(now)s::timestamptz, now())
+            ELSE j.finalized_at
+        END,
+        metadata = CASE
+            WHEN d.discard THEN j.metadata || '{{"unique_key_conflict": "scheduler_discarded"}}'
+            ELSE j.metadata
+        END
+    FROM decided AS d
+    WHERE j.id = d.id
+    RETURNING {_JCOLS}, d.discard
+)
+SELECT * FROM moved ORDER BY priority, scheduled_at, id"""
+
+    @cached_property
+    def job_get_stuck(self) -> str:
+        return f"""
+SELECT {_JCOLS}
+FROM {self.prefix}river_job AS j
+WHERE j.state = 'running'
+    AND j.id > %(after_id)s
+    AND j.attempted_at < %(stuck_horizon)s::timestamptz
+ORDER BY j.id
+LIMIT %(limit)s"""
+
+    @cached_property
+    def job_rescue_many(self) -> str:
+        p = self.prefix
+        return f"""
+UPDATE {p}river_job AS j
+SET errors = array_append(j.errors, r.error),
+    finalized_at = r.finalized_at,
+    scheduled_at = r.scheduled_at,
+    state = r.state::{p}river_job_state,
+    metadata = j.metadata || jsonb_build_object(
+        'river:rescue_count',
+        coalesce(
+            CASE WHEN jsonb_typeof(j.metadata -> 'river:rescue_count') = 'number'
+                THEN (j.metadata ->> 'river:rescue_count')::numeric::bigint
+            END,
+            0
+        ) + 1
+    )
+FROM unnest(
+    %(ids)s::bigint[],
+    %(errors)s::text[]::jsonb[],
+    %(finalized_at)s::timestamptz[],
+    %(scheduled_at)s::timestamptz[],
+    %(states)s::text[]
+) AS r(id, error, finalized_at, scheduled_at, state)
+WHERE j.id = r.id
+    AND j.state = 'running'
+    AND j.attempted_at < %(stuck_horizon)s::timestamptz"""
+
+    @cached_property
+    def job_delete_before(self) -> str:
+        p = self.prefix
+        return f"""
+DELETE FROM {p}river_job
+WHERE id IN (
+    SELECT id
+    FROM {p}river_job
+    WHERE (state = 'cancelled' AND finalized_at < %(cancelled)s::timestamptz)
+        OR (state = 'completed' AND finalized_at < %(completed)s::timestamptz)
+        OR (state = 'discarded' AND finalized_at < %(discarded)s::timestamptz)
+    ORDER BY id
+    LIMIT %(limit)s
+)"""
+
+    @cached_property
+    def queue_delete_expired(self) -> str:
+        p = self.prefix
+        return f"""
+DELETE FROM {p}river_queue
+WHERE name IN (
+    SELECT name FROM {p}river_queue
+    WHERE updated_at < %(horizon)s::timestamptz
+    ORDER BY name
+    LIMIT %(limit)s
+)
+RETURNING name"""
+
+    @cached_property
+    def notification_delete_before(self) -> str:
+        p = self.prefix
+        return f"""
+DELETE FROM {p}river_notification
+WHERE id IN (
+    SELECT id FROM {p}river_notification
+    WHERE created_at < %(horizon)s::timestamptz
+    ORDER BY created_at, id
+    LIMIT %(limit)s
+)"""
+
+    @cached_property
+    def _namespace(self) -> str:
+        return "%(schema)s::text" if self.schema else "current_schema()"
+
+    @cached_property
+    def index_exists(self) -> str:
+        return f"""
+SELECT EXISTS (
+    SELECT 1
+    FROM pg_catalog.pg_class AS c
+    JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+    WHERE c.relname = %(name)s::text AND c.relkind = 'i' AND n.nspname = {self._namespace}
+)"""
+
+    @cached_property
+    def index_reindex_artifacts(self) -> str:
+        """What REINDEX CONCURRENTLY leaves behind when interrupted: <name>_ccnew[N],
+        _ccold[N]."""
+        return f"""
+SELECT c.relname::text
+FROM pg_catalog.pg_class AS c
+JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+WHERE c.relkind = 'i'
+    AND n.nspname = {self._namespace}
+    AND left(c.relname, length(%(name)s::text)) = %(name)s::text
+    AND substring(c.relname FROM length(%(name)s::text) + 1) ~ '^_cc(new|old)[0-9]*$'
+ORDER BY 1"""
+
+    def index_reindex(self, name: str) -> str:
+        return f"REINDEX INDEX CONCURRENTLY {self.prefix}{quote_ident(name)}"
+
+    def index_drop_if_exists(self, name: str) -> str:
+        return f"DROP INDEX CONCURRENTLY IF EXISTS {self.prefix}{quote_ident(name)}"

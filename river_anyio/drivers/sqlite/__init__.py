@@ -87,7 +87,7 @@ class SQLiteDriver:
         self._writer = writer
         self._schema = schema
         self._attach = dict(attach)
-        self._queries = Queries.for_schema(schema)
+        self._queries = Queries(schema)
         self._listeners: weakref.WeakSet[SQLiteListener] = weakref.WeakSet()
         self._executor = SQLiteExecutor(writer, self._queries, on_notify=self._poke_listeners)
         self._finish_bound = writer.busy_timeout + _FINISH_GRACE

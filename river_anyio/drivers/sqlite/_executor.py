@@ -15,16 +15,14 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import apsw
 
-from ..._errors import ValidationError
-from ..._fastinit import positional_constructor
-from ..._job import AttemptError, JobRow, JobState
+from ..._job import JobRow, JobState
 from ..._timeutil import (
     format_rfc3339nano,
     format_sqlite_timestamp,
-    parse_rfc3339,
     parse_sqlite_timestamp,
     utc_now,
 )
+from ..._unique import UNIQUE_STATES_BY_MASK
 from .._protocol import (
     TOPIC_CONTROL,
     TOPIC_LEADERSHIP,
@@ -38,45 +36,27 @@ from .._protocol import (
     QueueRow,
     ScheduledJob,
 )
-from ._connection import quote_ident, write_unit
-from ._maintenance_queries import MaintenanceQueries, maintenance_queries
-from ._queries import (
-    api_job_delete,
-    api_job_delete_many,
-    api_job_retry,
-    api_job_update_metadata,
-    api_queue_update,
-    sortable_time,
+from .._shared import (
+    STATE_BY_NAME,
+    SharedOperations,
+    attempt_error,
+    job_list_statement,
+    list_where,
+    make_job,
+    where_text,
 )
+from ._connection import write_unit
 
 if TYPE_CHECKING:
     from ._connection import ConnectionThread, Session
     from ._queries import Queries
 
-__all__ = ["SQLiteExecutor", "job_rows", "queue_rows", "unique_states_from_int"]
+__all__ = ["SQLiteExecutor", "job_rows", "queue_rows"]
 
 T = TypeVar("T")
 
 _NONCE_KEY: Final = "river:unique_nonce"
 _MASK64: Final = (1 << 64) - 1
-
-# Bit n of unique_states is the n-th state in alphabetical order (River's layout).
-_STATE_BITS: Final = tuple(sorted(JobState, key=lambda s: s.value))
-_UNIQUE_STATES: Final = tuple(
-    frozenset(s for n, s in enumerate(_STATE_BITS) if mask & (1 << n)) for mask in range(256)
-)
-_STATES_BY_VALUE: Final = {s.value: s for s in JobState}
-
-
-def unique_states_from_int(mask: int | None) -> frozenset[JobState] | None:
-    """The states of an 8-bit ``unique_states`` mask (``None`` stays ``None``)."""
-    if mask is None:
-        return None
-    return _UNIQUE_STATES[mask & 0xFF]
-
-
-def state_bit(state: JobState) -> int:
-    return 1 << _STATE_BITS.index(state)
 
 
 def _parse_timestamp(text: str) -> dt.datetime:
@@ -110,15 +90,6 @@ class _Timestamps:
         return None if text is None else self(text)
 
 
-def _attempt_error(obj: dict[str, Any]) -> AttemptError:
-    return AttemptError(
-        at=parse_rfc3339(obj["at"]),
-        attempt=int(obj["attempt"]),
-        error=str(obj.get("error", "")),
-        trace=str(obj.get("trace") or ""),
-    )
-
-
 def job_rows(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
     """JobRows from rows selected with :data:`~._queries.JOB_COLUMNS`.
 
@@ -137,7 +108,7 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
     append = out.append
     for r, (args, metadata, tags, attempted_by, errors) in zip(rows, decoded, strict=True):
         append(
-            _make_job(  # positional, in JobRow's field order
+            make_job(  # positional, in JobRow's field order
                 r[0],
                 args,
                 r[1].encode(),
@@ -145,7 +116,7 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
                 ts.optional(r[3]),
                 tuple(attempted_by) if attempted_by else (),
                 ts(r[5]),
-                tuple(_attempt_error(e) for e in errors) if errors else (),
+                tuple(attempt_error(e) for e in errors) if errors else (),
                 ts.optional(r[7]),
                 r[8],
                 r[9],
@@ -153,16 +124,13 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
                 r[11],
                 r[12],
                 ts(r[13]),
-                _STATES_BY_VALUE[r[14]],
+                STATE_BY_NAME[r[14]],
                 tuple(tags),
                 bytes(r[16]) if r[16] is not None else None,
-                unique_states_from_int(r[17]),
+                None if r[17] is None else UNIQUE_STATES_BY_MASK[r[17] & 0xFF],
             )
         )
     return out
-
-
-_make_job = positional_constructor(JobRow)
 
 
 def queue_rows(rows: Sequence[Sequence[Any]]) -> list[QueueRow]:
@@ -291,21 +259,6 @@ def _op_insert_no_returning(
     return conn.total_changes() - before
 
 
-def _op_job_get(conn: apsw.Connection, q: Queries, job_id: int) -> JobRow | None:
-    rows = conn.execute(q.job_get_by_id, (job_id,)).fetchall()
-    return job_rows(rows)[0] if rows else None
-
-
-def _op_job_list(
-    conn: apsw.Connection, q: Queries, where: list[str], args: list[Any], limit: int
-) -> list[JobRow]:
-    sql = q.job_list_select
-    if where:
-        sql += " WHERE " + " AND ".join(where)
-    sql += " ORDER BY id LIMIT ?"
-    return job_rows(conn.execute(sql, (*args, limit)).fetchall())
-
-
 # ---------------------------------------------------------------------------------------------
 # the runtime's hot path
 
@@ -351,10 +304,6 @@ def _completion_batch(completions: Sequence[Completion]) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _fetch(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> list[Any]:
-    return conn.execute(sql, args).fetchall()
-
-
 def _waves(completions: Sequence[Completion]) -> list[list[int]]:
     """Input positions grouped so that no id repeats within a group; the n-th group holds the
     n-th completion of each id, so repeated ids are applied in input order."""
@@ -382,7 +331,7 @@ def _op_complete(
     found: list[tuple[Any, bool] | None] = [None] * len(completions)
     for wave in _waves(completions):
         batch = [completions[i] for i in wave]
-        rows = _fetch(conn, q.job_complete_if_running, (_completion_batch(batch), now, client_id))
+        rows = _op_rows(conn, q.job_complete_if_running, (_completion_batch(batch), now, client_id))
         by_id: dict[int, tuple[Any, bool]] = {r[0]: (r, True) for r in rows}
         if len(by_id) < len(batch):
             rest = [c for c in batch if c.id not in by_id]
@@ -390,11 +339,11 @@ def _op_complete(
                 f"[{int(c.id)},{c.metadata_updates.decode()}]" for c in rest if c.metadata_updates
             ]
             if merge:
-                rows = _fetch(conn, q.job_merge_metadata, ("[" + ",".join(merge) + "]",))
+                rows = _op_rows(conn, q.job_merge_metadata, ("[" + ",".join(merge) + "]",))
                 by_id.update((r[0], (r, False)) for r in rows)
             plain = [int(c.id) for c in rest if c.id not in by_id]
             if plain:
-                rows = _fetch(conn, q.job_get_many, (json.dumps(plain),))
+                rows = _op_rows(conn, q.job_get_many, (json.dumps(plain),))
                 by_id.update((r[0], (r, False)) for r in rows)
         for i, c in zip(wave, batch, strict=True):
             found[i] = by_id.get(c.id)
@@ -428,15 +377,6 @@ def _op_queue_upsert(conn: apsw.Connection, q: Queries, name: str, metadata: str
     return queue_rows(rows)[0]
 
 
-def _op_queue_get(conn: apsw.Connection, q: Queries, name: str) -> QueueRow | None:
-    rows = conn.execute(q.queue_get, (name,)).fetchall()
-    return queue_rows(rows)[0] if rows else None
-
-
-def _op_queue_list(conn: apsw.Connection, q: Queries, limit: int) -> list[QueueRow]:
-    return queue_rows(conn.execute(q.queue_list, (limit,)).fetchall())
-
-
 def _op_queue_set_paused(
     conn: apsw.Connection, q: Queries, name: str, action: Literal["pause", "resume"]
 ) -> int:
@@ -457,10 +397,25 @@ def _op_exec_script(conn: apsw.Connection, sql: str) -> None:
         pass
 
 
-def _op_fetch_all(
-    conn: apsw.Connection, sql: str, params: tuple[Any, ...]
-) -> list[tuple[Any, ...]]:
+# One statement, one way of reading its result: the operations below are built from these.
+
+
+def _op_rows(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     return conn.execute(sql, params).fetchall()
+
+
+def _op_jobs(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> list[JobRow]:
+    return job_rows(conn.execute(sql, params).fetchall())
+
+
+def _op_job(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> JobRow | None:
+    rows = conn.execute(sql, params).fetchall()
+    return job_rows(rows)[0] if rows else None
+
+
+def _op_queue(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> QueueRow | None:
+    rows = conn.execute(sql, params).fetchall()
+    return queue_rows(rows)[0] if rows else None
 
 
 def _op_execute(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> int:
@@ -477,7 +432,7 @@ def _op_count(conn: apsw.Connection, sql: str, params: tuple[Any, ...]) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-class SQLiteExecutor:
+class SQLiteExecutor(SharedOperations):
     """River's operations on the SQLite writer connection (one hop per call).
 
     Two flavours: the driver's own (``driver.executor()``: each call is its own unit of work,
@@ -551,34 +506,8 @@ class SQLiteExecutor:
         return await self._write(lambda c: _op_insert_no_returning(c, q, batch))
 
     async def job_get_by_id(self, job_id: int) -> JobRow | None:
-        q = self._q
-        return await self._read(lambda c: _op_job_get(c, q, job_id))
-
-    async def job_list(
-        self,
-        *,
-        ids: Sequence[int] | None = None,
-        kinds: Sequence[str] | None = None,
-        queues: Sequence[str] | None = None,
-        states: Sequence[JobState] | None = None,
-        after_id: int | None = None,
-        limit: int = 100,
-    ) -> list[JobRow]:
-        """Jobs matching every given filter, ordered by id ascending."""
-        where: list[str] = []
-        args: list[Any] = []
-        for column, values in (("id", ids), ("kind", kinds), ("queue", queues)):
-            if values is not None:
-                where.append(f"{column} IN (SELECT value FROM json_each(?))")
-                args.append(json.dumps(list(values)))
-        if states is not None:
-            where.append("state IN (SELECT value FROM json_each(?))")
-            args.append(json.dumps([JobState(s).value for s in states]))
-        if after_id is not None:
-            where.append("id > ?")
-            args.append(int(after_id))
-        q = self._q
-        return await self._read(lambda c: _op_job_list(c, q, where, args, int(limit)))
+        sql = self._q.job_get_by_id
+        return await self._read(lambda c: _op_job(c, sql, (job_id,)))
 
     # ---- the runtime's hot path -------------------------------------------------------------
 
@@ -640,13 +569,13 @@ class SQLiteExecutor:
         return await self._write(lambda c: _op_queue_upsert(c, q, name, text))
 
     async def queue_get(self, name: str) -> QueueRow | None:
-        q = self._q
-        return await self._read(lambda c: _op_queue_get(c, q, name))
+        sql = self._q.queue_get
+        return await self._read(lambda c: _op_queue(c, sql, (name,)))
 
     async def queue_list(self, *, limit: int = 100) -> list[QueueRow]:
         """Queues ordered by name."""
-        q = self._q
-        return await self._read(lambda c: _op_queue_list(c, q, int(limit)))
+        sql, bound = self._q.queue_list, (int(limit),)
+        return await self._read(lambda c: queue_rows(_op_rows(c, sql, bound)))
 
     async def queue_pause(self, name: str) -> int:
         """Pause ``name`` (``"*"``: all) unless paused; returns the rows matched.
@@ -696,7 +625,7 @@ class SQLiteExecutor:
         Outside a transaction it runs in autocommit mode: one statement is its own transaction.
         """
         bound = tuple(params)
-        return await self._read(lambda c: _op_fetch_all(c, sql, bound))
+        return await self._read(lambda c: _op_rows(c, sql, bound))
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement (``?`` placeholders); returns the number of rows it changed."""
@@ -719,96 +648,57 @@ class SQLiteExecutor:
     ) -> list[tuple[str, JobState, int]]:
         if not states:
             return []
-        marks = ", ".join("?" for _ in states)
-        sql = (
-            f"SELECT queue, state, count(*) FROM {self._q.prefix}river_job"
-            f" WHERE state IN ({marks}) GROUP BY queue, state ORDER BY queue, state"
-        )
+        sql = self._q.job_count_by_queue_and_state(len(states))
         bound = tuple(str(s) for s in states)
-        rows = await self._read(lambda c: _op_fetch_all(c, sql, bound))
+        rows = await self._read(lambda c: _op_rows(c, sql, bound))
         return [(q, JobState(st), int(n)) for q, st, n in rows]
 
     # ---- client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate)
 
     async def job_list_query(self, query: JobListQuery) -> list[JobRow]:
         """River's JobList; a ``metadata`` containment filter is PostgreSQL only."""
-        where, args = _list_where(query)
-        desc = query.descending
-        order = "DESC" if desc else "ASC"
-        if query.order_by != "id":
-            column = sortable_time(query.order_by)
-            where.extend(_cursor_predicate(query, column, args))
-            # PostgreSQL's NULL placement, which the cursor conditions assume
-            order_by = f"{column} {order} NULLS {'FIRST' if desc else 'LAST'}, id {order}"
-        else:
-            if query.after_id is not None:
-                where.append(f"id {'<' if desc else '>'} ?")
-                args.append(int(query.after_id))
-            order_by = f"id {order}"
-        sql = self._q.job_list_select
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += f" ORDER BY {order_by} LIMIT ?"
-        bound = (*args, int(query.limit))
-        return await self._read(lambda c: job_rows(c.execute(sql, bound).fetchall()))
+        sql, args = job_list_statement(query, self._q.listing)
+        bound = tuple(args)
+        return await self._read(lambda c: _op_jobs(c, sql, bound))
 
     async def job_retry(self, job_id: int) -> JobRow | None:
-        sql = api_job_retry(self._q.prefix)
+        sql = self._q.job_retry
         get = self._q.job_get_by_id
         return await self._write(lambda c: _op_update_or_get(c, sql, (int(job_id), _now()), get))
 
     async def job_delete(self, job_id: int) -> JobRow | None:
-        sql = api_job_delete(self._q.prefix)
+        sql = self._q.job_delete
         get = self._q.job_get_by_id
         return await self._write(lambda c: _op_update_or_get(c, sql, (int(job_id),), get))
 
     async def job_delete_many(self, query: JobListQuery) -> list[JobRow]:
-        where, args = _list_where(query)
-        sql = api_job_delete_many(self._q.prefix, " AND ".join(where) or "true")
+        where, args = list_where(query, self._q.listing)
+        sql = self._q.job_delete_many(where_text(where))
         bound = (*args, int(query.limit))
-
-        def op(c: apsw.Connection) -> list[JobRow]:
-            rows = job_rows(c.execute(sql, bound).fetchall())
-            return sorted(rows, key=lambda r: r.id)
-
-        return await self._write(op)
+        return await self._write(lambda c: sorted(_op_jobs(c, sql, bound), key=lambda r: r.id))
 
     async def job_update_metadata(self, job_id: int, metadata_updates: bytes) -> JobRow | None:
-        sql = api_job_update_metadata(self._q.prefix)
+        sql = self._q.job_update_metadata
         bound = (int(job_id), metadata_updates.decode())
-
-        def op(c: apsw.Connection) -> JobRow | None:
-            rows = job_rows(c.execute(sql, bound).fetchall())
-            return rows[0] if rows else None
-
-        return await self._write(op)
+        return await self._write(lambda c: _op_job(c, sql, bound))
 
     async def queue_update(self, name: str, *, metadata: bytes | None = None) -> QueueRow | None:
-        sql = api_queue_update(self._q.prefix)
+        sql = self._q.queue_update
         text = metadata.decode() if metadata is not None else None
-
-        def op(c: apsw.Connection) -> QueueRow | None:
-            rows = queue_rows(c.execute(sql, (name, text, _now())).fetchall())
-            return rows[0] if rows else None
-
-        return await self._write(op)
+        return await self._write(lambda c: _op_queue(c, sql, (name, text, _now())))
 
     # ---- leadership and maintenance ----------------------------------------------------------
 
-    @property
-    def _mq(self) -> MaintenanceQueries:
-        return maintenance_queries(self._q.prefix)
-
     async def leader_delete_expired(self, *, now: dt.datetime | None = None) -> int:
-        sql, at = self._mq.leader_delete_expired, _ts_or_none(now)
+        sql, at = self._q.leader_delete_expired, _ts_or_none(now)
         return await self._write(lambda c: _op_changes(c, sql, (at,)))
 
     async def leader_attempt_elect(
         self, *, leader_id: str, ttl: float, now: dt.datetime | None = None
     ) -> LeaderRow | None:
-        sql = self._mq.leader_attempt_elect
+        sql = self._q.leader_attempt_elect
         args = (leader_id, _ttl_modifier(ttl), _ts_or_none(now))
-        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        rows = await self._write(lambda c: _op_rows(c, sql, args))
         return _leader(rows[0]) if rows else None
 
     async def leader_attempt_reelect(
@@ -819,51 +709,51 @@ class SQLiteExecutor:
         ttl: float,
         now: dt.datetime | None = None,
     ) -> LeaderRow | None:
-        sql = self._mq.leader_attempt_reelect
+        sql = self._q.leader_attempt_reelect
         args = (
             leader_id,
             _ttl_modifier(ttl),
             _ts_or_none(now),
             format_sqlite_timestamp(elected_at),
         )
-        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        rows = await self._write(lambda c: _op_rows(c, sql, args))
         return _leader(rows[0]) if rows else None
 
     async def leader_resign(self, *, leader_id: str, elected_at: dt.datetime) -> bool:
         # River's SQLite driver sends no notification here; we write River's `resigned`
         # payload to the outbox so followers (ours and River Go's) try at once.
-        mq = self._mq
+        q = self._q
         at = format_sqlite_timestamp(elected_at)
-        resigned = await self._write(lambda c: _op_leader_resign(c, mq, leader_id, at))
+        resigned = await self._write(lambda c: _op_leader_resign(c, q, leader_id, at))
         if resigned:
             self._notified()
         return resigned
 
     async def leader_get_elected(self) -> LeaderRow | None:
-        sql = self._mq.leader_get_elected
-        rows = await self._read(lambda c: _op_fetch_all(c, sql, ()))
+        sql = self._q.leader_get_elected
+        rows = await self._read(lambda c: _op_rows(c, sql, ()))
         return _leader(rows[0]) if rows else None
 
     async def job_schedule(
         self, *, horizon: dt.datetime, now: dt.datetime, limit: int
     ) -> list[ScheduledJob]:
-        mq = self._mq
+        q = self._q
         h, n = format_sqlite_timestamp(horizon), format_sqlite_timestamp(now)
-        return await self._write(lambda c: _op_schedule(c, mq, h, n, int(limit)))
+        return await self._write(lambda c: _op_schedule(c, q, h, n, int(limit)))
 
     async def job_get_stuck(
         self, *, stuck_horizon: dt.datetime, after_id: int = 0, limit: int
     ) -> list[JobRow]:
-        sql = self._mq.job_get_stuck
+        sql = self._q.job_get_stuck
         args = (format_sqlite_timestamp(stuck_horizon), int(after_id), int(limit))
-        return await self._read(lambda c: job_rows(_op_fetch_all(c, sql, args)))
+        return await self._read(lambda c: _op_jobs(c, sql, args))
 
     async def job_rescue_many(
         self, rescues: Sequence[JobRescue], *, stuck_horizon: dt.datetime
     ) -> int:
         if not rescues:
             return 0
-        sql = self._mq.job_rescue
+        sql = self._q.job_rescue
         horizon = format_sqlite_timestamp(stuck_horizon)
         batch = [
             (
@@ -886,7 +776,7 @@ class SQLiteExecutor:
         discarded_before: dt.datetime | None,
         limit: int,
     ) -> int:
-        sql = self._mq.job_delete_before
+        sql = self._q.job_delete_before
         args = (
             _ts_or_none(cancelled_before),
             _ts_or_none(completed_before),
@@ -896,29 +786,29 @@ class SQLiteExecutor:
         return await self._write(lambda c: _op_changes(c, sql, args))
 
     async def queue_delete_expired(self, *, updated_before: dt.datetime, limit: int) -> list[str]:
-        sql = self._mq.queue_delete_expired
+        sql = self._q.queue_delete_expired
         args = (format_sqlite_timestamp(updated_before), int(limit))
-        rows = await self._write(lambda c: _op_fetch_all(c, sql, args))
+        rows = await self._write(lambda c: _op_rows(c, sql, args))
         return [str(r[0]) for r in rows]
 
     async def notification_delete_before(self, *, created_before: dt.datetime, limit: int) -> int:
-        sql = self._mq.notification_delete_before
+        sql = self._q.notification_delete_before
         args = (format_sqlite_timestamp(created_before), int(limit))
         return await self._write(lambda c: _op_changes(c, sql, args))
 
     async def index_exists(self, name: str) -> bool:
-        sql = self._mq.index_exists
+        sql = self._q.index_exists
         return await self._read(lambda c: _op_count(c, sql, (name,))) > 0
 
     async def index_reindex_artifacts(self, name: str) -> list[str]:
         return []  # SQLite's REINDEX is not concurrent: it leaves nothing behind
 
     async def index_reindex(self, name: str) -> None:
-        sql = f"REINDEX {self._q.prefix}{quote_ident(name)}"
+        sql = self._q.index_reindex(name)
         await self._write(lambda c: _op_exec_script(c, sql))
 
     async def index_drop_if_exists(self, name: str) -> None:
-        sql = f"DROP INDEX IF EXISTS {self._q.prefix}{quote_ident(name)}"
+        sql = self._q.index_drop_if_exists(name)
         await self._write(lambda c: _op_exec_script(c, sql))
 
     # --- one-round-trip insert (runtime speed-ups) ------------------------------------------
@@ -950,62 +840,6 @@ def _op_update_or_get(
     is, or None when there is none."""
     rows = conn.execute(sql, args).fetchall() or conn.execute(get, (args[0],)).fetchall()
     return job_rows(rows)[0] if rows else None
-
-
-def _list_where(query: JobListQuery) -> tuple[list[str], list[Any]]:
-    """The filters of a job list as SQL conditions and their ``?`` parameters (in order)."""
-    if query.metadata is not None:
-        raise ValidationError(
-            "metadata", "JSON containment filters are supported on PostgreSQL only, not SQLite"
-        )
-    where: list[str] = []
-    args: list[Any] = []
-    for column, values in (
-        ("id", query.ids),
-        ("kind", query.kinds),
-        ("priority", query.priorities),
-        ("queue", query.queues),
-        ("state", None if query.states is None else [JobState(s).value for s in query.states]),
-    ):
-        if values is not None:
-            where.append(f"{column} IN (SELECT value FROM json_each(?))")
-            args.append(json.dumps(list(values)))
-    if query.tags_all is not None:
-        where.append(
-            "NOT EXISTS (SELECT 1 FROM json_each(?) AS want WHERE NOT EXISTS "
-            "(SELECT 1 FROM json_each(tags) AS have WHERE have.value = want.value))"
-        )
-        args.append(json.dumps(list(query.tags_all)))
-    if query.tags_any is not None:
-        where.append(
-            "EXISTS (SELECT 1 FROM json_each(tags) AS have "
-            "JOIN json_each(?) AS want ON have.value = want.value)"
-        )
-        args.append(json.dumps(list(query.tags_any)))
-    return where, args
-
-
-def _cursor_predicate(query: JobListQuery, column: str, args: list[Any]) -> list[str]:
-    """River's keyset condition for resuming after the cursor row (see the PostgreSQL
-    driver); ``column`` is the padded time expression."""
-    if query.after_id is None:
-        return []
-    after = int(query.after_id)
-    desc = query.descending
-    if query.after_time is None and not query.time_nullable:
-        args.append(after)
-        return [f"id {'<' if desc else '>'} ?"]
-    if query.after_time is None:
-        args.append(after)
-        if desc:
-            return [f"(({column}) IS NOT NULL OR id < ?)"]
-        return [f"(({column}) IS NULL AND id > ?)"]
-    at = format_sqlite_timestamp(query.after_time)
-    args.extend([at, at, after])
-    if desc:
-        return [f"(({column}) < ? OR (({column}) = ? AND id < ?))"]
-    or_null = f" OR ({column}) IS NULL" if query.time_nullable else ""
-    return [f"(({column}) > ? OR (({column}) = ? AND id > ?){or_null})"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1042,43 +876,39 @@ def _op_changes_many(conn: apsw.Connection, sql: str, batch: list[tuple[Any, ...
     return total
 
 
-def _op_leader_resign(
-    conn: apsw.Connection, mq: MaintenanceQueries, leader_id: str, elected_at: str
-) -> bool:
-    conn.execute(mq.leader_resign, (leader_id, elected_at)).fetchall()
+def _op_leader_resign(conn: apsw.Connection, q: Queries, leader_id: str, elected_at: str) -> bool:
+    conn.execute(q.leader_resign, (leader_id, elected_at)).fetchall()
     if not conn.changes():
         return False
     payload = json.dumps({"leader_id": leader_id, "action": "resigned"}, separators=(",", ":"))
-    conn.execute(mq.notify_one, (TOPIC_LEADERSHIP, payload))
+    conn.execute(q.notify_one, (TOPIC_LEADERSHIP, payload))
     return True
 
 
 def _op_schedule(
-    conn: apsw.Connection, mq: MaintenanceQueries, horizon: str, now: str, limit: int
+    conn: apsw.Connection, q: Queries, horizon: str, now: str, limit: int
 ) -> list[ScheduledJob]:
     """River's SQLite JobSchedule in one unit: unique jobs one at a time (so two eligible jobs
     sharing a key see each other's move), the rest in bulk."""
-    eligible = [(int(i), bool(u)) for i, u in conn.execute(mq.schedule_eligible, (horizon, limit))]
+    eligible = [(int(i), bool(u)) for i, u in conn.execute(q.schedule_eligible, (horizon, limit))]
     plain: list[int] = []
     discard: list[int] = []
     for job_id, unique in eligible:
         if not unique:
             plain.append(job_id)
             continue
-        (taken,) = conn.execute(mq.schedule_collision, (job_id,)).fetchone() or (0,)
+        (taken,) = conn.execute(q.schedule_collision, (job_id,)).fetchone() or (0,)
         if taken:
             discard.append(job_id)
         else:
-            conn.execute(mq.schedule_set_available, (json.dumps([job_id]),))
+            conn.execute(q.schedule_set_available, (json.dumps([job_id]),))
     if plain:
-        conn.execute(mq.schedule_set_available, (json.dumps(plain),))
+        conn.execute(q.schedule_set_available, (json.dumps(plain),))
     if discard:
-        conn.execute(mq.schedule_set_discarded, (json.dumps(discard), now))
+        conn.execute(q.schedule_set_discarded, (json.dumps(discard), now))
     if not eligible:
         return []
     ids = [job_id for job_id, _ in eligible]
-    by_id = {
-        j.id: j for j in job_rows(conn.execute(mq.job_get_many, (json.dumps(ids),)).fetchall())
-    }
+    by_id = {j.id: j for j in job_rows(conn.execute(q.job_get_many, (json.dumps(ids),)).fetchall())}
     dropped = set(discard)
     return [ScheduledJob(job=by_id[i], conflict_discarded=i in dropped) for i in ids if i in by_id]

@@ -1,19 +1,35 @@
-"""SQL text for River's SQLite schema, built once per schema prefix.
+"""Every statement the SQLite executor runs, one named property each, built once per schema.
 
 Conventions of River's SQLite tables: JSON columns are JSONB blobs (read them through ``json()``,
-write them through ``jsonb()``), ``unique_states`` is an integer bitmask and timestamps are text.
+write them through ``jsonb()``), ``unique_states`` is an integer bitmask and timestamps are text
+compared as text. In the leadership and maintenance statements a NULL ``now`` means the
+database's ``datetime('now', 'subsec')``; lease terms are matched with ``unixepoch(…,
+'subsec')`` so a term written by River Go in another text format still matches. A statement
+that depends on a call's values (a list's filters, an index name) is a method completing the
+statement's text.
 """
 
 from __future__ import annotations
 
-import functools
-from typing import Final
+import json
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Any, Final
 
-import attrs
-
+from ..._timeutil import format_sqlite_timestamp
+from ..._unique import JOB_STATES
+from .._shared import ListDialect
 from ._connection import quote_ident
 
-__all__ = ["FINAL_STATES", "JOB_COLUMNS", "QUEUE_COLUMNS", "Queries"]
+__all__ = [
+    "BATCH_FIELDS",
+    "COMPLETION_FIELDS",
+    "FINAL_STATES",
+    "JOB_COLUMNS",
+    "QUEUE_COLUMNS",
+    "Queries",
+    "sortable_time",
+]
 
 #: Columns read for a JobRow, in the order ``_executor.job_rows`` expects.
 JOB_COLUMNS: Final = (
@@ -28,21 +44,25 @@ QUEUE_COLUMNS: Final = "name, created_at, json(metadata), paused_at, updated_at"
 #: States whose rows carry ``finalized_at`` (the table's CHECK insists on it).
 FINAL_STATES: Final = "('cancelled', 'completed', 'discarded')"
 
-# The predicate of the partial unique index river_job_unique_idx. An upsert's conflict target
-# must repeat it (as the same expression) for SQLite to pick that index.
-_UNIQUE_INDEX_PREDICATE: Final = """unique_key IS NOT NULL
-        AND unique_states IS NOT NULL
-        AND CASE state
-            WHEN 'available' THEN unique_states & (1 << 0)
-            WHEN 'cancelled' THEN unique_states & (1 << 1)
-            WHEN 'completed' THEN unique_states & (1 << 2)
-            WHEN 'discarded' THEN unique_states & (1 << 3)
-            WHEN 'pending'   THEN unique_states & (1 << 4)
-            WHEN 'retryable' THEN unique_states & (1 << 5)
-            WHEN 'running'   THEN unique_states & (1 << 6)
-            WHEN 'scheduled' THEN unique_states & (1 << 7)
+_LEADER_COLUMNS: Final = "leader_id, elected_at, expires_at"
+_DB_NOW: Final = "datetime('now', 'subsec')"
+
+
+def _unique_index_predicate(row: str = "") -> str:
+    """The predicate of the partial unique index river_job_unique_idx, on the row aliased
+    ``row`` (none: unqualified). An upsert's conflict target must repeat it (as the same
+    expression) for SQLite to pick that index. The bits are River's (``_unique.JOB_STATES``)."""
+    r = f"{row}." if row else ""
+    cases = "".join(
+        f"\n            WHEN '{state}' THEN {r}unique_states & (1 << {bit})"
+        for bit, state in enumerate(JOB_STATES)
+    )
+    return f"""{r}unique_key IS NOT NULL
+        AND {r}unique_states IS NOT NULL
+        AND CASE {r}state{cases}
             ELSE 0
         END >= 1"""
+
 
 #: Position of each field in one element of the insert batch (a JSON array per job). The
 #: returning insert's metadata already carries the job's ``river:unique_nonce``.
@@ -61,12 +81,65 @@ BATCH_FIELDS: Final = (
     "unique_states",
 )
 
+#: Position of each field in one element of the completion batch (a JSON array per job).
+COMPLETION_FIELDS: Final = (
+    "id",
+    "attempt",
+    "state",
+    "finalized_at",
+    "scheduled_at",
+    "error",
+    "metadata_updates",
+    "attempt_new",
+)
 
-def _insert_many(prefix: str, *, returning: bool) -> str:
-    # ?1 is the whole batch: a JSON array with one array per job (see BATCH_FIELDS).
-    tail = f"DO UPDATE SET kind = j.kind\nRETURNING {JOB_COLUMNS}" if returning else "DO NOTHING"
-    return f"""
-INSERT INTO {prefix}river_job AS j (
+#: How completions merge metadata updates into a row's metadata, as River Go 0.51's SQLite
+#: driver does and like PostgreSQL's ``||``: each top-level key of the update replaces the
+#: row's (nested objects are not merged) and nulls are stored. Keys keep their position.
+METADATA_MERGE: Final = """(
+    SELECT jsonb_group_object(m.key, json(m.val)) FROM (
+        SELECT d.key AS key,
+               CASE WHEN json_type({patch}, d.fullkey) IS NULL
+                    THEN {doc} -> d.fullkey ELSE {patch} -> d.fullkey END AS val
+        FROM json_each({doc}) AS d
+        UNION ALL
+        SELECT p.key, {patch} -> p.fullkey
+        FROM json_each({patch}) AS p
+        WHERE json_type({doc}, p.fullkey) IS NULL
+    ) AS m
+)"""
+
+
+def sortable_time(column: str) -> str:
+    """``column`` (timestamp text) padded to ``YYYY-MM-DD HH:MM:SS.ffffff``, so texts written
+    with fewer fractional digits (SQLite's own ``subsec`` milliseconds) compare and sort as
+    the instants they are against the microsecond texts this driver writes."""
+    return (
+        f"CASE WHEN length({column}) = 19 THEN {column} || '.000000' "
+        f"ELSE substr({column} || '000000', 1, 26) END"
+    )
+
+
+def _json_array(values: Sequence[Any]) -> str:
+    return json.dumps(list(values))
+
+
+class Queries:
+    """Every statement the executor runs, for one schema (attached database) or none."""
+
+    def __init__(self, schema: str | None) -> None:
+        self.schema = schema
+        self.prefix = f"{quote_ident(schema)}." if schema else ""
+
+    # --- jobs -------------------------------------------------------------------------------
+
+    def _insert_many(self, *, returning: bool) -> str:
+        # ?1 is the whole batch: a JSON array with one array per job (see BATCH_FIELDS).
+        tail = (
+            f"DO UPDATE SET kind = j.kind\nRETURNING {JOB_COLUMNS}" if returning else "DO NOTHING"
+        )
+        return f"""
+INSERT INTO {self.prefix}river_job AS j (
     args, kind, max_attempts, metadata, priority, queue, state, tags,
     created_at, scheduled_at, unique_key, unique_states
 )
@@ -85,16 +158,73 @@ SELECT
     nullif(b.value ->> 11, 0)
 FROM json_each(?1) AS b
 WHERE true
-ON CONFLICT (unique_key) WHERE {_UNIQUE_INDEX_PREDICATE}
+ON CONFLICT (unique_key) WHERE {_unique_index_predicate()}
 {tail}"""
 
+    @cached_property
+    def job_insert_fast_many(self) -> str:
+        return self._insert_many(returning=True)
 
-def _claim(prefix: str, *, kinds: bool) -> str:
-    # ?1 queue, ?2 max_to_lock, ?3 now, ?4 max_attempted_by, ?5 kinds (JSON array), ?6 client.
-    # attempted_by keeps its last (?4 - 1) entries once full, then gets the client appended.
-    kind_filter = "\n        AND kind IN (SELECT k.value FROM json_each(?5) AS k)" if kinds else ""
-    return f"""
-UPDATE {prefix}river_job
+    @cached_property
+    def job_insert_fast_many_no_returning(self) -> str:
+        return self._insert_many(returning=False)
+
+    @cached_property
+    def job_get_by_id(self) -> str:
+        return f"SELECT {JOB_COLUMNS} FROM {self.prefix}river_job WHERE id = ?1"
+
+    @cached_property
+    def job_get_many(self) -> str:
+        """?1 a JSON array of ids."""
+        return (
+            f"SELECT {JOB_COLUMNS} FROM {self.prefix}river_job "
+            "WHERE id IN (SELECT b.value FROM json_each(?1) AS b)"
+        )
+
+    @cached_property
+    def listing(self) -> ListDialect:
+        """How a job list is written here (see ``_shared.job_list_statement``)."""
+        return ListDialect(
+            name="SQLite",
+            head=f"SELECT {JOB_COLUMNS} FROM {self.prefix}river_job",
+            placeholder="?",
+            member="{column} IN (SELECT value FROM json_each(?))",
+            state_type="text",
+            array=_json_array,
+            tags_all=(
+                "NOT EXISTS (SELECT 1 FROM json_each(?) AS want WHERE NOT EXISTS "
+                "(SELECT 1 FROM json_each(tags) AS have WHERE have.value = want.value))"
+            ),
+            tags_any=(
+                "EXISTS (SELECT 1 FROM json_each(tags) AS have "
+                "JOIN json_each(?) AS want ON have.value = want.value)"
+            ),
+            metadata_contains=None,
+            bind_int=int,
+            bind_time=format_sqlite_timestamp,
+            time_column=sortable_time,
+        )
+
+    def job_count_by_queue_and_state(self, n_states: int) -> str:
+        """One ``?`` per state."""
+        marks = ", ".join("?" for _ in range(n_states))
+        return (
+            f"SELECT queue, state, count(*) FROM {self.prefix}river_job"
+            f" WHERE state IN ({marks}) GROUP BY queue, state ORDER BY queue, state"
+        )
+
+    # --- the runtime's hot path ---------------------------------------------------------------
+
+    def _claim(self, *, kinds: bool) -> str:
+        # ?1 queue, ?2 max_to_lock, ?3 now, ?4 max_attempted_by, ?5 kinds (JSON array), ?6
+        # client. attempted_by keeps its last (?4 - 1) entries once full, then gets the client
+        # appended.
+        p = self.prefix
+        kind_filter = (
+            "\n        AND kind IN (SELECT k.value FROM json_each(?5) AS k)" if kinds else ""
+        )
+        return f"""
+UPDATE {p}river_job
 SET state = 'running',
     attempt = attempt + 1,
     attempted_at = ?3,
@@ -113,7 +243,7 @@ SET state = 'running',
     )
 WHERE id IN (
     SELECT id
-    FROM {prefix}river_job
+    FROM {p}river_job
     WHERE state = 'available'
         AND queue = ?1
         AND priority >= 0
@@ -123,18 +253,27 @@ WHERE id IN (
 )
 RETURNING {JOB_COLUMNS}"""
 
+    @cached_property
+    def job_get_available(self) -> str:
+        return self._claim(kinds=False)
 
-def _complete(prefix: str, merge: str) -> str:
-    # ?1: the batch, a JSON array with one array per completion (see COMPLETION_FIELDS);
-    # ?2: now; ?3: the client id. Only rows whose attempt guard holds are updated; the join is
-    # driven by the batch (+state keeps the planner off the state index: rowid lookups).
-    # cancel: a retry or snooze of a job whose cancellation was requested ends it instead.
-    cancel = (
-        "(c.state IN ('available', 'retryable', 'scheduled') "
-        "AND (j.metadata -> 'cancel_attempted_at') IS NOT NULL)"
-    )
-    return f"""
-UPDATE {prefix}river_job AS j
+    @cached_property
+    def job_get_available_kinds(self) -> str:
+        return self._claim(kinds=True)
+
+    @cached_property
+    def job_complete_if_running(self) -> str:
+        # ?1: the batch, a JSON array with one array per completion (see COMPLETION_FIELDS);
+        # ?2: now; ?3: the client id. Only rows whose attempt guard holds are updated; the
+        # join is driven by the batch (+state keeps the planner off the state index: rowid
+        # lookups). cancel: a retry or snooze of a job whose cancellation was requested ends
+        # it instead.
+        cancel = (
+            "(c.state IN ('available', 'retryable', 'scheduled') "
+            "AND (j.metadata -> 'cancel_attempted_at') IS NOT NULL)"
+        )
+        return f"""
+UPDATE {self.prefix}river_job AS j
 SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE c.state END,
     attempt = CASE WHEN {cancel} THEN j.attempt ELSE coalesce(c.attempt_new, j.attempt) END,
     errors = CASE
@@ -152,7 +291,7 @@ SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE c.state END,
     END,
     metadata = CASE
         WHEN c.updates IS NULL THEN j.metadata
-        ELSE {merge.format(doc="j.metadata", patch="c.updates")}
+        ELSE {METADATA_MERGE.format(doc="j.metadata", patch="c.updates")}
     END
 FROM (
     SELECT
@@ -172,157 +311,107 @@ WHERE j.id = c.id
     AND j.attempted_by ->> '$[#-1]' = ?3
 RETURNING {JOB_COLUMNS}"""
 
-
-#: Position of each field in one element of the completion batch (a JSON array per job).
-COMPLETION_FIELDS: Final = (
-    "id",
-    "attempt",
-    "state",
-    "finalized_at",
-    "scheduled_at",
-    "error",
-    "metadata_updates",
-    "attempt_new",
-)
-
-
-#: How completions merge metadata updates into a row's metadata, as River Go 0.51's SQLite
-#: driver does and like PostgreSQL's ``||``: each top-level key of the update replaces the
-#: row's (nested objects are not merged) and nulls are stored. Keys keep their position.
-METADATA_MERGE: Final = """(
-    SELECT jsonb_group_object(m.key, json(m.val)) FROM (
-        SELECT d.key AS key,
-               CASE WHEN json_type({patch}, d.fullkey) IS NULL
-                    THEN {doc} -> d.fullkey ELSE {patch} -> d.fullkey END AS val
-        FROM json_each({doc}) AS d
-        UNION ALL
-        SELECT p.key, {patch} -> p.fullkey
-        FROM json_each({patch}) AS p
-        WHERE json_type({doc}, p.fullkey) IS NULL
-    ) AS m
-)"""
-
-
-@attrs.frozen
-class Queries:
-    """Every statement the executor runs, for one schema (attached database) or none."""
-
-    schema: str | None
-    prefix: str
-    job_insert_fast_many: str
-    job_insert_fast_many_no_returning: str
-    job_get_by_id: str
-    job_list_select: str
-    notify_many: str
-    table_exists: str
-    column_exists: str
-    notification_last_id: str
-    notification_after: str
-    # the runtime's hot path
-    job_get_available: str
-    job_get_available_kinds: str
-    job_complete_if_running: str
-    job_merge_metadata: str
-    job_get_many: str
-    job_cancel: str
-    notify_one: str
-    # queues
-    queue_create_or_set_updated_at: str
-    queue_get: str
-    queue_list: str
-    queue_pause: str
-    queue_resume: str
-
-    @classmethod
-    def for_schema(cls, schema: str | None) -> Queries:
-        prefix = f"{quote_ident(schema)}." if schema else ""
-        return cls(
-            schema=schema,
-            prefix=prefix,
-            job_insert_fast_many=_insert_many(prefix, returning=True),
-            job_insert_fast_many_no_returning=_insert_many(prefix, returning=False),
-            job_get_by_id=f"SELECT {JOB_COLUMNS} FROM {prefix}river_job WHERE id = ?1",
-            job_list_select=f"SELECT {JOB_COLUMNS} FROM {prefix}river_job",
-            notify_many=(
-                f"INSERT INTO {prefix}river_notification (topic, payload) "
-                "SELECT ?1, p.value FROM json_each(?2) AS p"
-            ),
-            table_exists=(
-                f"SELECT count(*) FROM {prefix}sqlite_master WHERE type = 'table' AND name = ?1"
-            ),
-            column_exists="SELECT count(*) FROM pragma_table_info(?1, ?2) WHERE name = ?3",
-            notification_last_id=(f"SELECT coalesce(max(id), 0) FROM {prefix}river_notification"),
-            notification_after=(
-                f"SELECT id, topic, payload FROM {prefix}river_notification "
-                "WHERE id > ?1 AND topic IN (SELECT t.value FROM json_each(?2) AS t) "
-                "ORDER BY id LIMIT ?3"
-            ),
-            job_get_available=_claim(prefix, kinds=False),
-            job_get_available_kinds=_claim(prefix, kinds=True),
-            job_complete_if_running=_complete(prefix, METADATA_MERGE),
-            # ?1: a JSON array of [id, updates] pairs.
-            job_merge_metadata=f"""
-UPDATE {prefix}river_job AS j
+    @cached_property
+    def job_merge_metadata(self) -> str:
+        """?1: a JSON array of [id, updates] pairs."""
+        return f"""
+UPDATE {self.prefix}river_job AS j
 SET metadata = {METADATA_MERGE.format(doc="j.metadata", patch="c.updates")}
 FROM (SELECT b.value ->> 0 AS id, b.value ->> 1 AS updates FROM json_each(?1) AS b) AS c
 WHERE j.id = c.id
-RETURNING {JOB_COLUMNS}""",
-            job_get_many=(
-                f"SELECT {JOB_COLUMNS} FROM {prefix}river_job "
-                "WHERE id IN (SELECT b.value FROM json_each(?1) AS b)"
-            ),
-            # A running job is only flagged: its client stops it (told by the notification).
-            job_cancel=f"""
-UPDATE {prefix}river_job
+RETURNING {JOB_COLUMNS}"""
+
+    @cached_property
+    def job_cancel(self) -> str:
+        """?1 id, ?2 cancel_attempted_at, ?3 now. A running job is only flagged: its client
+        stops it (told by the notification)."""
+        return f"""
+UPDATE {self.prefix}river_job
 SET state = CASE WHEN state = 'running' THEN state ELSE 'cancelled' END,
     finalized_at = CASE WHEN state = 'running' THEN finalized_at ELSE ?3 END,
     metadata = jsonb_set(metadata, '$.cancel_attempted_at', ?2)
 WHERE id = ?1
     AND state NOT IN {FINAL_STATES}
     AND finalized_at IS NULL
-RETURNING {JOB_COLUMNS}""",
-            notify_one=f"INSERT INTO {prefix}river_notification (topic, payload) VALUES (?1, ?2)",
-            queue_create_or_set_updated_at=f"""
-INSERT INTO {prefix}river_queue (name, created_at, metadata, paused_at, updated_at)
+RETURNING {JOB_COLUMNS}"""
+
+    # --- queues -----------------------------------------------------------------------------
+
+    @cached_property
+    def queue_create_or_set_updated_at(self) -> str:
+        return f"""
+INSERT INTO {self.prefix}river_queue (name, created_at, metadata, paused_at, updated_at)
 VALUES (?1, ?3, jsonb(?2), NULL, ?3)
 ON CONFLICT (name) DO UPDATE SET updated_at = excluded.updated_at
-RETURNING {QUEUE_COLUMNS}""",
-            queue_get=f"SELECT {QUEUE_COLUMNS} FROM {prefix}river_queue WHERE name = ?1",
-            queue_list=f"SELECT {QUEUE_COLUMNS} FROM {prefix}river_queue ORDER BY name LIMIT ?1",
-            # Both match every row of the name (or all for '*'); only a change moves updated_at.
-            queue_pause=f"""
-UPDATE {prefix}river_queue
+RETURNING {QUEUE_COLUMNS}"""
+
+    @cached_property
+    def queue_get(self) -> str:
+        return f"SELECT {QUEUE_COLUMNS} FROM {self.prefix}river_queue WHERE name = ?1"
+
+    @cached_property
+    def queue_list(self) -> str:
+        return f"SELECT {QUEUE_COLUMNS} FROM {self.prefix}river_queue ORDER BY name LIMIT ?1"
+
+    # Both match every row of the name (or all for '*'); only a change moves updated_at.
+
+    @cached_property
+    def queue_pause(self) -> str:
+        return f"""
+UPDATE {self.prefix}river_queue
 SET paused_at = coalesce(paused_at, ?2),
     updated_at = CASE WHEN paused_at IS NULL THEN ?2 ELSE updated_at END
-WHERE ?1 = '*' OR name = ?1""",
-            queue_resume=f"""
-UPDATE {prefix}river_queue
+WHERE ?1 = '*' OR name = ?1"""
+
+    @cached_property
+    def queue_resume(self) -> str:
+        return f"""
+UPDATE {self.prefix}river_queue
 SET paused_at = NULL,
     updated_at = CASE WHEN paused_at IS NULL THEN updated_at ELSE ?2 END
-WHERE ?1 = '*' OR name = ?1""",
+WHERE ?1 = '*' OR name = ?1"""
+
+    # --- notifications and generic access ---------------------------------------------------
+
+    @cached_property
+    def notify_one(self) -> str:
+        return f"INSERT INTO {self.prefix}river_notification (topic, payload) VALUES (?1, ?2)"
+
+    @cached_property
+    def notify_many(self) -> str:
+        """?1 the topic, ?2 a JSON array of payloads."""
+        return (
+            f"INSERT INTO {self.prefix}river_notification (topic, payload) "
+            "SELECT ?1, p.value FROM json_each(?2) AS p"
         )
 
+    @cached_property
+    def notification_last_id(self) -> str:
+        return f"SELECT coalesce(max(id), 0) FROM {self.prefix}river_notification"
 
-# ---------------------------------------------------------------------------------------------
-# client job and queue APIs (River's JobList/JobRetry/JobDelete/JobUpdate/QueueUpdate). Built
-# per call from the schema prefix and cached: these are not on the runtime's hot path.
+    @cached_property
+    def notification_after(self) -> str:
+        """?1 the last id seen, ?2 a JSON array of topics, ?3 the limit."""
+        return (
+            f"SELECT id, topic, payload FROM {self.prefix}river_notification "
+            "WHERE id > ?1 AND topic IN (SELECT t.value FROM json_each(?2) AS t) "
+            "ORDER BY id LIMIT ?3"
+        )
 
+    @cached_property
+    def table_exists(self) -> str:
+        return f"SELECT count(*) FROM {self.prefix}sqlite_master WHERE type = 'table' AND name = ?1"
 
-def sortable_time(column: str) -> str:
-    """``column`` (timestamp text) padded to ``YYYY-MM-DD HH:MM:SS.ffffff``, so texts written
-    with fewer fractional digits (SQLite's own ``subsec`` milliseconds) compare and sort as
-    the instants they are against the microsecond texts this driver writes."""
-    return (
-        f"CASE WHEN length({column}) = 19 THEN {column} || '.000000' "
-        f"ELSE substr({column} || '000000', 1, 26) END"
-    )
+    column_exists = "SELECT count(*) FROM pragma_table_info(?1, ?2) WHERE name = ?3"
 
+    # --- client job and queue APIs (River's JobRetry/JobDelete/JobUpdate/QueueUpdate) -------
 
-@functools.cache
-def api_job_retry(prefix: str) -> str:
-    """?1 the id, ?2 now. Matches nothing for a running job or an available one already due."""
-    return f"""
-UPDATE {prefix}river_job
+    @cached_property
+    def job_retry(self) -> str:
+        """?1 the id, ?2 now. Matches nothing for a running job or an available one already
+        due."""
+        return f"""
+UPDATE {self.prefix}river_job
 SET state = 'available',
     max_attempts = CASE WHEN attempt = max_attempts THEN max_attempts + 1 ELSE max_attempts END,
     finalized_at = NULL,
@@ -333,47 +422,209 @@ WHERE id = ?1
     AND NOT (state = 'available' AND {sortable_time("scheduled_at")} < ?2)
 RETURNING {JOB_COLUMNS}"""
 
-
-@functools.cache
-def api_job_delete(prefix: str) -> str:
-    """?1 the id. Matches nothing for a running job."""
-    return f"""
-DELETE FROM {prefix}river_job
+    @cached_property
+    def job_delete(self) -> str:
+        """?1 the id. Matches nothing for a running job."""
+        return f"""
+DELETE FROM {self.prefix}river_job
 WHERE id = ?1 AND state <> 'running'
 RETURNING {JOB_COLUMNS}"""
 
-
-@functools.cache
-def api_job_delete_many(prefix: str, where: str) -> str:
-    """``where`` takes the first parameters; the limit follows."""
-    return f"""
-DELETE FROM {prefix}river_job
+    def job_delete_many(self, where: str) -> str:
+        """``where`` is a list's filter text (``_shared.list_where``; its parameters come
+        first), then the limit."""
+        p = self.prefix
+        return f"""
+DELETE FROM {p}river_job
 WHERE id IN (
     SELECT id
-    FROM {prefix}river_job
+    FROM {p}river_job
     WHERE {where} AND state <> 'running'
     ORDER BY id
     LIMIT ?
 )
 RETURNING {JOB_COLUMNS}"""
 
-
-@functools.cache
-def api_job_update_metadata(prefix: str) -> str:
-    """?1 the id, ?2 the updates (JSON text), merged as completions merge."""
-    return f"""
-UPDATE {prefix}river_job
+    @cached_property
+    def job_update_metadata(self) -> str:
+        """?1 the id, ?2 the updates (JSON text), merged as completions merge."""
+        return f"""
+UPDATE {self.prefix}river_job
 SET metadata = {METADATA_MERGE.format(doc="metadata", patch="?2")}
 WHERE id = ?1
 RETURNING {JOB_COLUMNS}"""
 
-
-@functools.cache
-def api_queue_update(prefix: str) -> str:
-    """?1 the name, ?2 the new metadata (NULL keeps it), ?3 now."""
-    return f"""
-UPDATE {prefix}river_queue
+    @cached_property
+    def queue_update(self) -> str:
+        """?1 the name, ?2 the new metadata (NULL keeps it), ?3 now."""
+        return f"""
+UPDATE {self.prefix}river_queue
 SET metadata = CASE WHEN ?2 IS NULL THEN metadata ELSE jsonb(?2) END,
     updated_at = ?3
 WHERE name = ?1
 RETURNING {QUEUE_COLUMNS}"""
+
+    # --- leadership and maintenance ---------------------------------------------------------
+
+    @cached_property
+    def leader_delete_expired(self) -> str:
+        """?1 now (NULL: the database's)."""
+        return f"DELETE FROM {self.prefix}river_leader WHERE expires_at < coalesce(?1, {_DB_NOW})"
+
+    @cached_property
+    def leader_attempt_elect(self) -> str:
+        """?1 leader id, ?2 ttl modifier ('+15.000 seconds'), ?3 now."""
+        return f"""
+INSERT INTO {self.prefix}river_leader (leader_id, elected_at, expires_at)
+SELECT ?1, t.now, datetime(t.now, 'subsec', ?2)
+FROM (SELECT coalesce(?3, {_DB_NOW}) AS now) AS t
+WHERE true
+ON CONFLICT (name) DO NOTHING
+RETURNING {_LEADER_COLUMNS}"""
+
+    @cached_property
+    def leader_attempt_reelect(self) -> str:
+        """?1 leader id, ?2 ttl modifier, ?3 now, ?4 elected_at."""
+        return f"""
+UPDATE {self.prefix}river_leader
+SET expires_at = datetime(coalesce(?3, {_DB_NOW}), 'subsec', ?2)
+WHERE unixepoch(elected_at, 'subsec') = unixepoch(?4, 'subsec')
+    AND expires_at >= coalesce(?3, {_DB_NOW})
+    AND leader_id = ?1
+RETURNING {_LEADER_COLUMNS}"""
+
+    @cached_property
+    def leader_resign(self) -> str:
+        """?1 leader id, ?2 elected_at."""
+        return f"""
+DELETE FROM {self.prefix}river_leader
+WHERE unixepoch(elected_at, 'subsec') = unixepoch(?2, 'subsec') AND leader_id = ?1"""
+
+    @cached_property
+    def leader_get_elected(self) -> str:
+        return f"SELECT {_LEADER_COLUMNS} FROM {self.prefix}river_leader"
+
+    @cached_property
+    def schedule_eligible(self) -> str:
+        """?1 horizon, ?2 limit."""
+        return f"""
+SELECT id, unique_key IS NOT NULL AND unique_states IS NOT NULL
+FROM {self.prefix}river_job
+WHERE state IN ('retryable', 'scheduled')
+    AND priority >= 0
+    AND scheduled_at <= ?1
+ORDER BY priority, scheduled_at, id
+LIMIT ?2"""
+
+    @cached_property
+    def schedule_collision(self) -> str:
+        """?1 id: does another row hold this row's unique key in one of its unique states?"""
+        p = self.prefix
+        return f"""
+SELECT EXISTS (
+    SELECT 1
+    FROM {p}river_job AS me
+    JOIN {p}river_job AS other ON other.unique_key = me.unique_key AND other.id <> me.id
+    WHERE me.id = ?1 AND {_unique_index_predicate("other")}
+)"""
+
+    @cached_property
+    def schedule_set_available(self) -> str:
+        """?1 JSON array of ids."""
+        return (
+            f"UPDATE {self.prefix}river_job SET state = 'available' "
+            "WHERE id IN (SELECT value FROM json_each(?1))"
+        )
+
+    @cached_property
+    def schedule_set_discarded(self) -> str:
+        """?1 JSON array of ids, ?2 now."""
+        return f"""
+UPDATE {self.prefix}river_job
+SET state = 'discarded',
+    finalized_at = ?2,
+    metadata = jsonb_set(metadata, '$.unique_key_conflict', 'scheduler_discarded')
+WHERE id IN (SELECT value FROM json_each(?1))"""
+
+    @cached_property
+    def job_get_stuck(self) -> str:
+        """?1 stuck horizon, ?2 after id, ?3 limit."""
+        return f"""
+SELECT {JOB_COLUMNS}
+FROM {self.prefix}river_job
+WHERE state = 'running' AND id > ?2 AND attempted_at < ?1
+ORDER BY id
+LIMIT ?3"""
+
+    @cached_property
+    def job_rescue(self) -> str:
+        """?1 id, ?2 error (JSON text), ?3 finalized_at, ?4 scheduled_at, ?5 state, ?6
+        horizon."""
+        return f"""
+UPDATE {self.prefix}river_job
+SET errors = jsonb_insert(coalesce(errors, jsonb('[]')), '$[#]', jsonb(?2)),
+    finalized_at = ?3,
+    scheduled_at = ?4,
+    state = ?5,
+    metadata = jsonb_set(
+        metadata,
+        '$."river:rescue_count"',
+        coalesce(
+            CASE json_type(metadata, '$."river:rescue_count"')
+                WHEN 'integer' THEN metadata ->> '$."river:rescue_count"'
+                WHEN 'real' THEN cast(metadata ->> '$."river:rescue_count"' AS integer)
+            END,
+            0
+        ) + 1
+    )
+WHERE id = ?1 AND state = 'running' AND attempted_at < ?6"""
+
+    @cached_property
+    def job_delete_before(self) -> str:
+        """?1 cancelled, ?2 completed, ?3 discarded horizons (NULL: keep), ?4 limit."""
+        p = self.prefix
+        return f"""
+DELETE FROM {p}river_job
+WHERE id IN (
+    SELECT id
+    FROM {p}river_job
+    WHERE (state = 'cancelled' AND finalized_at < ?1)
+        OR (state = 'completed' AND finalized_at < ?2)
+        OR (state = 'discarded' AND finalized_at < ?3)
+    ORDER BY id
+    LIMIT ?4
+)"""
+
+    @cached_property
+    def queue_delete_expired(self) -> str:
+        """?1 horizon, ?2 limit."""
+        p = self.prefix
+        return f"""
+DELETE FROM {p}river_queue
+WHERE name IN (
+    SELECT name FROM {p}river_queue WHERE updated_at < ?1 ORDER BY name LIMIT ?2
+)
+RETURNING name"""
+
+    @cached_property
+    def notification_delete_before(self) -> str:
+        """?1 horizon, ?2 limit."""
+        p = self.prefix
+        return f"""
+DELETE FROM {p}river_notification
+WHERE id IN (
+    SELECT id FROM {p}river_notification
+    WHERE created_at < ?1
+    ORDER BY created_at, id
+    LIMIT ?2
+)"""
+
+    @cached_property
+    def index_exists(self) -> str:
+        return f"SELECT count(*) FROM {self.prefix}sqlite_master WHERE type = 'index' AND name = ?1"
+
+    def index_reindex(self, name: str) -> str:
+        return f"REINDEX {self.prefix}{quote_ident(name)}"
+
+    def index_drop_if_exists(self, name: str) -> str:
+        return f"DROP INDEX IF EXISTS {self.prefix}{quote_ident(name)}"
