@@ -37,6 +37,7 @@ from ._queries import (
     api_job_retry,
     api_job_update_metadata,
     api_queue_update,
+    job_give_back_lost_claims,
     quote_ident,
 )
 
@@ -929,6 +930,38 @@ class PostgresExecutor:
             return []
         values = [self._channel(topic), list(payloads), *_batch_columns(params)]
         return await self._insert(self._q.job_insert_fast_many_notify, values, params)
+
+    # --- a claim whose reply was lost ----------------------------------------------------------
+
+    async def job_give_back_lost_claims(
+        self,
+        *,
+        queue: str,
+        client_id: str,
+        claimed_after: dt.datetime | None,
+        within: float,
+        running: Sequence[int] = (),
+    ) -> list[JobRow]:
+        """One statement; ``attempted_at`` and the window are both on the server's clock
+        (the claim sets ``attempted_at = now()``)."""
+        if claimed_after is not None:
+            _require_aware(claimed_after, "claimed_after")
+        if not within > 0:
+            raise ValidationError("within", "must be > 0", within)
+        query = job_give_back_lost_claims(self._q.prefix)
+        values = {
+            "queue": queue,
+            "client_id": client_id,
+            "claimed_after": claimed_after,
+            "within": float(within),
+            "running": [Int8(i) for i in running],
+        }
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
+            cur = await conn.cursor(binary=True).execute(query, values)
+            return await cur.fetchall()
+
+        return rows_to_jobs(await self._run(op))
 
 
 def _list_where(query: JobListQuery, state_type: str) -> tuple[list[str], list[Any]]:

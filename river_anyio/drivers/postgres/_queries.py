@@ -494,3 +494,37 @@ SET metadata = coalesce(%s::jsonb, metadata),
     updated_at = now()
 WHERE name = %s::text
 RETURNING {", ".join(QUEUE_COLUMNS)}"""
+
+
+@functools.cache
+def job_give_back_lost_claims(p: str) -> str:
+    """Rows a claim of this client left ``running`` without the client knowing (see
+    ``Executor.job_give_back_lost_claims``), made ``available`` again (``cancelled`` when a
+    cancellation was requested meanwhile). Parameters (named): queue, client_id,
+    claimed_after (NULL: no bound), within (seconds before now()), running (ids to leave)."""
+    cancel = "j.metadata ? 'cancel_attempted_at'"
+    return f"""
+WITH lost AS (
+    SELECT id
+    FROM {p}river_job
+    WHERE state = 'running'
+        AND queue = %(queue)s::text
+        AND attempted_by[cardinality(attempted_by)] = %(client_id)s::text
+        AND attempted_at > coalesce(%(claimed_after)s::timestamptz, '-infinity')
+        AND attempted_at >= now() - %(within)s::float8 * interval '1 second'
+        AND id <> ALL(%(running)s::bigint[])
+    ORDER BY id
+    FOR UPDATE
+), given AS (
+    UPDATE {p}river_job AS j
+    SET state = CASE
+            WHEN {cancel} THEN 'cancelled'::{p}river_job_state
+            ELSE 'available'::{p}river_job_state
+        END,
+        attempt = CASE WHEN {cancel} THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+        finalized_at = CASE WHEN {cancel} THEN now() ELSE NULL END
+    FROM lost
+    WHERE j.id = lost.id
+    RETURNING {", ".join("j." + c for c in JOB_COLUMNS)}
+)
+SELECT * FROM given ORDER BY id"""
