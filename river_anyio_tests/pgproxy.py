@@ -100,6 +100,8 @@ class PgProxy:
                         self._arms -= 1
                         conn.triggered = True  # before the server can answer
                     tail = window[-len(marker) :]
+                else:
+                    tail = b""
                 await server.send(chunk)
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
             pass

@@ -22,9 +22,7 @@ S = river.JobState
 
 
 async def insert(driver: FaultyDriver, n: int = 1, **kw: Any) -> list[river.JobRow]:
-    rows = await driver.inner.executor().job_insert_fast_many(
-        [params(i, **kw) for i in range(n)]
-    )
+    rows = await driver.inner.executor().job_insert_fast_many([params(i, **kw) for i in range(n)])
     return [r.job for r in rows]
 
 
@@ -56,7 +54,7 @@ async def test_fail_with_a_permanent_error_or_any_exception(database_url: str) -
     async with open_faulty(database_url) as faulty:
         faulty.fail("job_get_by_id", river.DatabaseError("permanent"))
         faulty.fail("queue_get", lambda: RuntimeError("a bug"), times=None)
-        with pytest.raises(river.DatabaseError, match="^permanent$") as info:
+        with pytest.raises(river.DatabaseError, match=r"^permanent$") as info:
             await faulty.executor().job_get_by_id(1)
         assert not info.value.transient
         for _ in range(3):
