@@ -327,6 +327,7 @@ class Producer:
                 extra=queue_extra("fetch_failed", self.queue, self._client_id),
             )
             if transient:  # it may have committed: give its rows back, at once if possible
+                # (it began at most HOT_OPERATION_TIMEOUT ago: no clock read per claim)
                 lost.failed(anyio.current_time() - HOT_OPERATION_TIMEOUT)
                 await lost.recover(self._active)
             return delay
