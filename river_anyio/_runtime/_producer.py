@@ -48,6 +48,7 @@ from .._logging import job_extra, queue_extra
 from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, Driver, Notification
 from ._completer import Completer, Finished
 from ._executor import Attempt, JobExecutor
+from ._recovery import LostClaims
 from ._util import REMOTE_CANCEL_REASON, Backoff, Wakeup
 
 if TYPE_CHECKING:
@@ -131,6 +132,7 @@ class Producer:
         self._fetch_scope: anyio.CancelScope | None = None
         self._stopping = False
         self._backoff = Backoff()
+        self._lost_claims = LostClaims(driver, queue=queue, client_id=config.id)
         self.fetches = 0
 
     # --- controls (called by the supervisor and the notifier) ---------------------------------
@@ -291,6 +293,9 @@ class Producer:
 
     async def _fetch_once(self, jobs: TaskGroup) -> float:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
+        lost = self._lost_claims
+        if lost.pending_since is not None and not await lost.recover(self._active):
+            return self._backoff.next_delay()  # a failed claim is not recovered yet
         if self._paused:
             return 0.0
         # rows claimed ahead may make a claim up to (1 + PREFETCH_MAX) × max_workers: fewer,
@@ -321,7 +326,12 @@ class Producer:
                 exc,
                 extra=queue_extra("fetch_failed", self.queue, self._client_id),
             )
+            if transient:  # it may have committed: give its rows back, at once if possible
+                # (it began at most HOT_OPERATION_TIMEOUT ago: no clock read per claim)
+                lost.failed(anyio.current_time() - HOT_OPERATION_TIMEOUT)
+                await lost.recover(self._active)
             return delay
+        lost.claimed(rows)
         self._backoff.reset()
         self._dispatch(jobs, rows)
         self._backlog = len(rows) == limit

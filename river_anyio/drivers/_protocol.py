@@ -488,6 +488,33 @@ class Executor(Protocol):
         Inside a transaction, both belong to that transaction."""
         ...
 
+    # --- a claim whose reply was lost -----------------------------------------------------------
+
+    async def job_give_back_lost_claims(
+        self,
+        *,
+        queue: str,
+        client_id: str,
+        claimed_after: dt.datetime | None,
+        within: float,
+        running: Sequence[int] = (),
+    ) -> list[JobRow]:
+        """Give back jobs that a claim of ``client_id`` committed although the client never
+        got its reply (the connection broke, or it stopped waiting), so they are not left
+        ``running`` for the rescuer.
+
+        Matched: rows of ``queue`` still ``running`` whose last ``attempted_by`` entry is
+        ``client_id``, attempted after ``claimed_after`` (the ``attempted_at`` of the latest
+        claim whose rows the client did receive; None for no such bound), at most ``within``
+        seconds before now on the clock :meth:`job_get_available` sets ``attempted_at``
+        from, and not among ``running`` (the attempts the client does run). Each becomes
+        ``available`` with its attempt given back (``attempt - 1``), no error recorded and
+        ``scheduled_at`` kept, like an interrupted attempt; one whose cancellation was
+        requested meanwhile (``cancel_attempted_at``) becomes ``cancelled`` instead, as its
+        completion would. Returns the changed rows, by id. Only called after a claim failed.
+        """
+        ...
+
 
 class Listener(Protocol):
     """Receives River notifications on one dedicated connection (PostgreSQL LISTEN) or by

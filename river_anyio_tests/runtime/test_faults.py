@@ -2,8 +2,9 @@
 notifier reconnects, the attempt guard, and poll-only mode.
 
 Faults are real wherever the database is involved (triggers that refuse writes, a second
-connection holding SQLite's write lock, PostgreSQL refusing and terminating connections); only
-the "impossible" internal crashes are provoked by patching a runtime method.
+connection holding SQLite's write lock, PostgreSQL refusing and terminating connections); the
+"impossible" internal crashes are injected through the fault-injecting driver
+(``river_anyio_tests/faulty.py``), which raises what no driver should.
 """
 
 from __future__ import annotations
@@ -16,9 +17,8 @@ import anyio
 import pytest
 
 import river_anyio as river
-from river_anyio._runtime._producer import Producer
-from river_anyio.drivers import open_driver
 
+from ..faulty import FaultyDriver, open_faulty
 from .lifecycle_support import (
     SOON,
     Blocker,
@@ -59,35 +59,27 @@ def _free_port() -> int:
 
 
 async def test_a_crashing_service_stops_the_run_and_raises_client_crashed(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
+    database_url: str,
 ) -> None:
-    original = Producer._fetch_once
-    calls = 0
-
-    async def fetch_once(self: Producer, jobs: Any) -> float:
-        nonlocal calls
-        calls += 1
-        if calls > 1:
-            raise RuntimeError("producer bug")
-        return await original(self, jobs)
-
-    monkeypatch.setattr(Producer, "_fetch_once", fetch_once)
     gate = Gate(mode="forever")
     async with river.open_client(database_url) as inserter:
         job = (await inserter.client.insert(Blocker())).job
-    with anyio.fail_after(SOON):
-        with pytest.raises(river.ClientCrashedError) as info:
-            async with river.open_client(
-                database_url,
-                id=CLIENT,
-                queues=queues(),
-                workers=gate.workers(),
-                soft_stop_timeout=60,
-            ) as run:
-                sub = run.subscribe()
-                await gate.started_event(job.id).wait()
-                await run.client.insert(Blocker("second"))  # the next fetch crashes
-                await anyio.sleep_forever()  # cancelled by the crash
+    async with open_faulty(database_url) as faulty:
+        # the producer's second claim raises what no driver should: a bug
+        faulty.fail("job_get_available", lambda: RuntimeError("producer bug"), skip=1)
+        with anyio.fail_after(SOON):
+            with pytest.raises(river.ClientCrashedError) as info:
+                async with river.open_client(
+                    faulty,
+                    id=CLIENT,
+                    queues=queues(),
+                    workers=gate.workers(),
+                    soft_stop_timeout=60,
+                ) as run:
+                    sub = run.subscribe()
+                    await gate.started_event(job.id).wait()
+                    await run.client.insert(Blocker("second"))  # the next fetch crashes
+                    await anyio.sleep_forever()  # cancelled by the crash
     assert "RuntimeError: producer bug" in str(info.value)
     group = info.value.__cause__
     assert isinstance(group, BaseExceptionGroup)
@@ -103,27 +95,24 @@ async def test_a_crashing_service_stops_the_run_and_raises_client_crashed(
     assert run.stopping
 
 
-async def _raise_on_cancel(self: Producer) -> None:
-    try:
-        await anyio.sleep_forever()
-    finally:
-        raise RuntimeError("cleanup bug")
+def fail_on_cleanup(faulty: FaultyDriver) -> None:
+    """The notifier's listener raises once it has closed: a service failing in its cleanup."""
+    faulty.fail("listener_close", lambda: RuntimeError("cleanup bug"))
 
 
-async def test_a_body_exception_wins_over_a_service_failure(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(Producer, "_report_queue", _raise_on_cancel)
+async def test_a_body_exception_wins_over_a_service_failure(database_url: str) -> None:
     gate = Gate(mode="forever")
     err = BodyError("from the body")
-    with anyio.fail_after(SOON):
-        with pytest.raises(BodyError) as info:
-            async with river.open_client(
-                database_url, id=CLIENT, queues=queues(), workers=gate.workers()
-            ) as run:
-                job = (await run.client.insert(Blocker())).job
-                await gate.started_event(job.id).wait()
-                raise err
+    async with open_faulty(database_url) as faulty:
+        fail_on_cleanup(faulty)
+        with anyio.fail_after(SOON):
+            with pytest.raises(BodyError) as info:
+                async with river.open_client(
+                    faulty, id=CLIENT, queues=queues(), workers=gate.workers()
+                ) as run:
+                    job = (await run.client.insert(Blocker())).job
+                    await gate.started_event(job.id).wait()
+                    raise err
     assert info.value is err
     context = info.value.__context__
     assert isinstance(context, BaseExceptionGroup)
@@ -134,19 +123,18 @@ async def test_a_body_exception_wins_over_a_service_failure(
     assert (row.state, row.attempt) == (river.JobState.AVAILABLE, 0)
 
 
-async def test_a_service_failing_during_a_graceful_stop_is_a_crash(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(Producer, "_report_queue", _raise_on_cancel)
+async def test_a_service_failing_during_a_graceful_stop_is_a_crash(sqlite_url: str) -> None:
     gate = Gate()
     gate.release.set()
-    with pytest.raises(river.ClientCrashedError) as info:
-        async with river.open_client(
-            sqlite_url, id=CLIENT, queues=queues(), workers=gate.workers()
-        ) as run:
-            with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
-                job = (await run.client.insert(Blocker())).job
-                await next_event(sub, river.EventKind.JOB_COMPLETED, job.id)
+    async with open_faulty(sqlite_url) as faulty:
+        fail_on_cleanup(faulty)
+        with pytest.raises(river.ClientCrashedError) as info:
+            async with river.open_client(
+                faulty, id=CLIENT, queues=queues(), workers=gate.workers()
+            ) as run:
+                with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
+                    job = (await run.client.insert(Blocker())).job
+                    await next_event(sub, river.EventKind.JOB_COMPLETED, job.id)
     assert pytest.RaisesGroup(RuntimeError, flatten_subgroups=True).matches(info.value.__cause__)
     assert (await read_job(sqlite_url, job.id)).state is river.JobState.COMPLETED
 
@@ -449,21 +437,17 @@ async def test_a_completion_for_a_stale_attempt_is_not_applied(
 # --- poll-only mode ------------------------------------------------------------------------------
 
 
-async def test_poll_only_works_without_listening(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+async def test_poll_only_works_without_listening(database_url: str) -> None:
     gate = Gate()
     gate.release.set()
     fast_poll = {"default": river.QueueConfig(max_workers=5, fetch_poll_interval=0.2)}
-    async with open_driver(database_url) as driver:
-
-        def no_listener() -> Any:
-            raise AssertionError("a poll-only client must not listen")
-
-        monkeypatch.setattr(driver, "listener", no_listener)
+    async with open_faulty(database_url) as faulty:
+        listening = faulty.fail(
+            "listener", lambda: AssertionError("a poll-only client must not listen"), times=None
+        )
         with anyio.fail_after(SOON):
             async with river.open_client(
-                driver, id=CLIENT, poll_only=True, queues=fast_poll, workers=gate.workers()
+                faulty, id=CLIENT, poll_only=True, queues=fast_poll, workers=gate.workers()
             ) as run:
                 with run.subscribe() as sub:
                     # jobs inserted by another client are found by polling
@@ -477,4 +461,5 @@ async def test_poll_only_works_without_listening(
                         await other.client.driver.executor().queue_resume("default")
                         await next_event(sub, river.EventKind.QUEUE_RESUMED, within=5)
                 assert run.diagnostics.notifier_reconnects == 0
+        assert (listening.seen, faulty.calls["listener"]) == (0, 0)
     assert (await read_job(database_url, job.id)).state is river.JobState.COMPLETED

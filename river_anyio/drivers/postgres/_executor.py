@@ -727,6 +727,34 @@ class PostgresExecutor(SharedOperations):
         values = [self._channel(topic), list(payloads), *_batch_columns(params)]
         return await self._insert(self._q.job_insert_fast_many_notify, values, params)
 
+    # --- a claim whose reply was lost ----------------------------------------------------------
+
+    async def job_give_back_lost_claims(
+        self,
+        *,
+        queue: str,
+        client_id: str,
+        claimed_after: dt.datetime | None,
+        within: float,
+        running: Sequence[int] = (),
+    ) -> list[JobRow]:
+        """One statement; ``attempted_at`` and the window are both on the server's clock
+        (the claim sets ``attempted_at = now()``)."""
+        if claimed_after is not None:
+            require_aware(claimed_after, "claimed_after")
+        if not within > 0:
+            raise ValidationError("within", "must be > 0", within)
+        values = {
+            "queue": queue,
+            "client_id": client_id,
+            "claimed_after": claimed_after,
+            "within": float(within),
+            "running": [Int8(i) for i in running],
+        }
+        return rows_to_jobs(
+            await self._rows(self._q.job_give_back_lost_claims, values, binary=True)
+        )
+
 
 def _aware_or_none(value: dt.datetime | None, field: str) -> dt.datetime | None:
     if value is not None:

@@ -763,3 +763,36 @@ ORDER BY 1"""
 
     def index_drop_if_exists(self, name: str) -> str:
         return f"DROP INDEX CONCURRENTLY IF EXISTS {self.prefix}{quote_ident(name)}"
+
+    @cached_property
+    def job_give_back_lost_claims(self) -> str:
+        """Rows a claim of this client left ``running`` without the client knowing (see
+        ``Executor.job_give_back_lost_claims``), made ``available`` again (``cancelled`` when a
+        cancellation was requested meanwhile). Parameters (named): queue, client_id,
+        claimed_after (NULL: no bound), within (seconds before now()), running (ids to leave)."""
+        cancel = "j.metadata ? 'cancel_attempted_at'"
+        return f"""
+WITH lost AS (
+    SELECT id
+    FROM {self.prefix}river_job
+    WHERE state = 'running'
+        AND queue = %(queue)s::text
+        AND attempted_by[cardinality(attempted_by)] = %(client_id)s::text
+        AND attempted_at > coalesce(%(claimed_after)s::timestamptz, '-infinity')
+        AND attempted_at >= now() - %(within)s::float8 * interval '1 second'
+        AND id <> ALL(%(running)s::bigint[])
+    ORDER BY id
+    FOR UPDATE
+), given AS (
+    UPDATE {self.prefix}river_job AS j
+    SET state = CASE
+            WHEN {cancel} THEN 'cancelled'::{self.prefix}river_job_state
+            ELSE 'available'::{self.prefix}river_job_state
+        END,
+        attempt = CASE WHEN {cancel} THEN j.attempt ELSE greatest(j.attempt - 1, 0) END,
+        finalized_at = CASE WHEN {cancel} THEN now() ELSE NULL END
+    FROM lost
+    WHERE j.id = lost.id
+    RETURNING {_JCOLS}
+)
+SELECT * FROM given ORDER BY id"""

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import apsw
 
+from ..._errors import ValidationError
 from ..._job import JobRow, JobState
 from ..._timeutil import (
     format_rfc3339nano,
@@ -831,6 +832,36 @@ class SQLiteExecutor(SharedOperations):
         if encoded is not None:
             self._notified()
         return rows
+
+    # --- a claim whose reply was lost ----------------------------------------------------------
+
+    async def job_give_back_lost_claims(
+        self,
+        *,
+        queue: str,
+        client_id: str,
+        claimed_after: dt.datetime | None,
+        within: float,
+        running: Sequence[int] = (),
+    ) -> list[JobRow]:
+        """One statement, rows by id. The claim sets ``attempted_at`` from the writer's clock,
+        so the window is measured on that clock too."""
+        if not within > 0:
+            raise ValidationError("within", "must be > 0", within)
+        if claimed_after is not None and claimed_after.utcoffset() is None:
+            raise ValidationError("claimed_after", "must be timezone-aware", claimed_after)
+        sql = self._q.job_give_back_lost_claims
+        after = "" if claimed_after is None else format_sqlite_timestamp(claimed_after)
+        ids = json.dumps([int(i) for i in running])
+
+        def op(c: apsw.Connection) -> list[JobRow]:
+            now = utc_now()
+            since = format_sqlite_timestamp(now - dt.timedelta(seconds=within))
+            args = (queue, client_id, after, since, ids, format_sqlite_timestamp(now))
+            rows = job_rows(c.execute(sql, args).fetchall())
+            return sorted(rows, key=lambda r: r.id)
+
+        return await self._write(op)
 
 
 def _op_update_or_get(

@@ -628,3 +628,24 @@ WHERE id IN (
 
     def index_drop_if_exists(self, name: str) -> str:
         return f"DROP INDEX IF EXISTS {self.prefix}{quote_ident(name)}"
+
+    @cached_property
+    def job_give_back_lost_claims(self) -> str:
+        """Rows a claim of this client left ``running`` without the client knowing (see
+        ``Executor.job_give_back_lost_claims``), made ``available`` again (``cancelled`` when a
+        cancellation was requested meanwhile). ?1 queue, ?2 client id, ?3 claimed after ('' for
+        no bound), ?4 the window's start, ?5 ids to leave (a JSON array), ?6 now."""
+        attempted = sortable_time("attempted_at")
+        cancel = "(metadata -> 'cancel_attempted_at') IS NOT NULL"
+        return f"""
+UPDATE {self.prefix}river_job
+SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE 'available' END,
+    attempt = CASE WHEN {cancel} THEN attempt ELSE max(attempt - 1, 0) END,
+    finalized_at = CASE WHEN {cancel} THEN ?6 ELSE NULL END
+WHERE state = 'running'
+    AND queue = ?1
+    AND attempted_by ->> '$[#-1]' = ?2
+    AND {attempted} > ?3
+    AND {attempted} >= ?4
+    AND id NOT IN (SELECT value FROM json_each(?5))
+RETURNING {JOB_COLUMNS}"""
