@@ -298,6 +298,23 @@ async def test_a_stop_during_start(database_url: str, how: str) -> None:
     assert row.state is river.JobState.AVAILABLE and row.attempt == 0
 
 
+async def test_no_queue_is_added_once_a_stop_has_begun(database_url: str) -> None:
+    gate = Gate(mode="forever")
+    async with river.open_client(
+        database_url, id=CLIENT, queues=queues(), workers=gate.workers()
+    ) as run:
+        job = (await run.client.insert(Blocker())).job
+        with anyio.fail_after(SOON):
+            await gate.started_event(job.id).wait()
+        run.stop(0.2)
+        with pytest.raises(river.ValidationError, match="not running"):
+            await run.client.local_queues.add("late", river.QueueConfig(max_workers=1))
+        assert "late" not in run.diagnostics.queues and "late" not in run.config.queues
+        with anyio.fail_after(SOON):
+            await run.wait()
+    assert_interrupted(await read_job(database_url, job.id))
+
+
 async def test_a_body_exception_cancels_jobs_and_propagates_unchanged(database_url: str) -> None:
     gate = Gate(mode="forever")
     root = ValueError("root cause")
