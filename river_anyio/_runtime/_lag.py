@@ -7,9 +7,9 @@ wake between ``B - tick`` and ``B`` late, so a tick at least one tick late is re
 stall of ``late + tick/2`` (within ±25 ms of the truth): every stall of 100 ms or more is
 reported, once, and stalls shorter than one tick never are.
 
-The cost: 20 wake-ups a second, each a few microseconds of CPU (measured in
-``docs/discussion/design.md``). A coarser tick would miss or misjudge stalls near the
-threshold; a finer one costs more wake-ups for no use.
+The cost: 20 wake-ups a second, about what one 50 ms sleep costs each (measured in
+``docs/discussion/design.md``, "Idle cost"). A coarser tick would miss or misjudge stalls
+near the threshold.
 """
 
 from __future__ import annotations
