@@ -1,25 +1,30 @@
 """The completion nursery: batches finished attempts into few database writes.
 
-River's BatchCompleter shape: completions are keyed by job id; a 50 ms tick flushes once 100
-are pending (then flushes back to back while 100 are pending) or on every 5th tick (about
-250 ms when quiet); a flush is also asked for when a producer finds its queue drained, so the
-last results of a burst are not left for the 5th tick. Waiting for the tick rather than
-flushing at the 100th completion makes a busy queue's flushes large (hundreds of rows), which
-costs the database far less per job. Batches are written in sub-batches of at most 5,000; at
-10,000 pending the completer stops taking more (executors wait) until fewer than 5,000 are
-pending.
+River's BatchCompleter shape: completions are keyed by job id. While completions are pending a
+50 ms tick runs: it flushes once 100 are pending (then flushes back to back while 100 are
+pending) or on every 5th tick (about 250 ms after the first completion when quiet); a flush is
+also asked for when a producer finds its queue drained, so the last results of a burst are not
+left for the 5th tick. With nothing pending the completer sleeps until a completion arrives (an
+idle client's completer does not wake). Waiting for the tick rather than flushing at the 100th
+completion makes a busy queue's flushes large (hundreds of rows), which costs the database far
+less per job. Batches are written in sub-batches of at most 5,000; at 10,000 pending the
+completer stops taking more (executors wait) until fewer than 5,000 are pending.
 
-Each write gets 3 tries of at most 10 s, with 1 s, 2 s and 4 s pauses. If it still fails, a
-transient failure puts the batch back (workers wait for capacity), any other failure drops it
-(the jobs stay ``running`` for the rescuer); both are counted and logged. While stopping, the
-first batch that still fails gives the rest to the rescuer, so stop always finishes.
+Each write gets 3 tries of at most 10 s, with 1 s, 2 s and 4 s pauses, shielded (so bounded)
+so a write is never cut off half-way and then repeated. If it still fails, a transient failure
+puts the batch back (workers wait for capacity), any other failure drops it (the jobs stay
+``running`` for the rescuer); both are counted and logged. In the final flush the first batch
+that still fails gives the rest to the rescuer, so a stop always finishes.
 
 Producers each hold a clone of the send stream; when the last one closes its clone the
-completer flushes what is left and returns.
+completer sees ``EndOfStream``, flushes what is left and returns. Cancelled (a hard stop), it
+still takes what the producers hand over until their last clone is closed, and writes it: a
+bounded, shielded final flush.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import logging
 import random
@@ -134,10 +139,12 @@ class Completer:
         self._final_flush_timeout = final_flush_timeout
         self._on_dropped = on_dropped
         self._pending: dict[int, Finished] = {}
+        #: a completion arrived while nothing was pending: the flush loop starts ticking
+        self._arrived = Wakeup()
+        #: a flush is asked for now (``flush_soon``)
         self._wake = Wakeup()
         self._below_low = anyio.Event()
         self._below_low.set()
-        self._stopping = False
         self._written = 0
         self._races = 0
         self._requeued = 0
@@ -163,78 +170,83 @@ class Completer:
         task_status: TaskStatus[MemoryObjectSendStream[Finished]] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         send, receive = anyio.create_memory_object_stream[Finished](STREAM_BUFFER)
-        try:
-            # Shielded: even when the whole run is cancelled, results of interrupted jobs keep
-            # arriving until the last producer closes its stream, and must be written.
-            with anyio.CancelScope(shield=True):
+        with receive:
+            try:
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(self._flush_loop)
+                    tg.start_soon(self._flush_loop, name="river completer flushes")
                     task_status.started(send)
                     await self._receive(receive)
-                    # every producer has closed its stream: the flush loop writes what is left
-                    self._stopping = True
-                    self._wake.set()
-        finally:
-            self._stopping = True
-            with anyio.move_on_after(self._final_flush_timeout, shield=True) as scope:
-                while self._pending:
-                    if not await self._flush_once():
-                        break
-            if scope.cancelled_caught and self._pending:
-                logger.error(
-                    "completer: final flush timed out; %d jobs left running for the rescuer",
-                    len(self._pending),
-                    extra=jobs_extra(
-                        "completer_flush_timeout", list(self._pending), self._client_id
-                    ),
-                )
-                self._drop(list(self._pending.values()))
-                self._pending.clear()
+                    # every producer has closed its stream (a write in progress is shielded
+                    # and finishes first)
+                    tg.cancel_scope.cancel("completion streams closed")
+            finally:
+                await self._final_flush(receive)
+
+    async def _final_flush(self, receive: MemoryObjectReceiveStream[Finished]) -> None:
+        """Take what is still handed over (results of interrupted jobs arrive until the last
+        producer has closed its stream) and write everything: bounded and shielded."""
+        pending = self._pending
+        with anyio.move_on_after(self._final_flush_timeout, shield=True) as scope:
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    item = await receive.receive()
+                    pending[item.id] = item
+            while pending:
+                if not await self._flush_once(final=True):
+                    break
+        if scope.cancelled_caught and pending:
+            logger.error(
+                "completer: final flush timed out; %d jobs left running for the rescuer",
+                len(pending),
+                extra=jobs_extra("completer_flush_timeout", list(pending), self._client_id),
+            )
+            self._drop(list(pending.values()))
+            pending.clear()
 
     async def _receive(self, receive: MemoryObjectReceiveStream[Finished]) -> None:
         pending = self._pending
-        async with receive:
-            async for item in receive:
+        arrived = self._arrived
+        async for item in receive:
+            if not pending:
+                arrived.set()
+            pending[item.id] = item
+            # take whatever else is buffered without a checkpoint per item
+            while len(pending) < BACKLOG_HIGH:
+                try:
+                    item = receive.receive_nowait()
+                except anyio.WouldBlock:
+                    break
                 pending[item.id] = item
-                # take whatever else is buffered without a checkpoint per item
-                while len(pending) < BACKLOG_HIGH:
-                    try:
-                        item = receive.receive_nowait()
-                    except anyio.WouldBlock:
-                        break
-                    pending[item.id] = item
-                n = len(pending)
-                if n >= BACKLOG_HIGH:
-                    logger.warning(
-                        "completer: %d completions pending, waiting for the database",
-                        n,
-                        extra=client_extra("completer_backlog", self._client_id),
-                    )
-                    self._below_low = anyio.Event()
-                    await self._below_low.wait()
+            n = len(pending)
+            if n >= BACKLOG_HIGH:
+                logger.warning(
+                    "completer: %d completions pending, waiting for the database",
+                    n,
+                    extra=client_extra("completer_backlog", self._client_id),
+                )
+                self._below_low = anyio.Event()
+                await self._below_low.wait()
 
     async def _flush_loop(self) -> None:
-        ticks = 0
+        pending = self._pending
         while True:
-            woken = False
-            with anyio.move_on_after(TICK):
-                await self._wake.wait()
-                woken = True
-            ticks += 1
-            if self._stopping:
-                while self._pending:
-                    if not await self._flush_once():
-                        break
-                return
-            if not self._pending:
-                ticks = 0
-                continue
-            if woken or len(self._pending) >= FLUSH_THRESHOLD or ticks >= IDLE_TICKS:
-                ticks = 0
-                while self._pending:
-                    await self._flush_once()
-                    if len(self._pending) < FLUSH_THRESHOLD:
-                        break
+            await self._arrived.wait()  # asleep while nothing is pending
+            ticks = 0
+            while pending:
+                woken = False
+                with anyio.move_on_after(TICK):
+                    await self._wake.wait()
+                    woken = True
+                ticks += 1
+                if woken or len(pending) >= FLUSH_THRESHOLD or ticks >= IDLE_TICKS:
+                    ticks = 0
+                    while pending:
+                        # shielded: a write cut off half-way would be repeated, its jobs
+                        # then seen as races (each try is bounded by its timeout)
+                        with anyio.CancelScope(shield=True):
+                            await self._flush_once(final=False)
+                        if len(pending) < FLUSH_THRESHOLD:
+                            break
 
     def _take(self) -> list[Finished]:
         pending = self._pending
@@ -244,13 +256,14 @@ class Completer:
             return batch
         return [pending.pop(job_id) for job_id in list(pending)[:SUB_BATCH]]
 
-    async def _flush_once(self) -> bool:
-        """Write one sub-batch; False when it failed and was dropped while stopping."""
+    async def _flush_once(self, *, final: bool) -> bool:
+        """Write one sub-batch; False when it failed and, in the ``final`` flush, the rest
+        was dropped with it."""
         batch = self._take()
         if not batch:
             return True
         try:
-            results, last_error = await self._write(batch)
+            results, last_error = await self._write(batch, final=final)
         except anyio.get_cancelled_exc_class():
             # cancelled mid-write (the statement is cancelled with it): keep the batch for
             # the final, shielded flush
@@ -265,7 +278,7 @@ class Completer:
         transient = isinstance(last_error, TimeoutError) or (
             isinstance(last_error, DatabaseError) and last_error.transient
         )
-        if self._stopping:
+        if final:
             rest = batch + list(self._pending.values())
             self._pending.clear()
             logger.error(
@@ -294,7 +307,7 @@ class Completer:
         return True
 
     async def _write(
-        self, batch: list[Finished]
+        self, batch: list[Finished], *, final: bool
     ) -> tuple[list[CompletionResult] | None, BaseException | None]:
         last_error: BaseException | None = None
         for attempt in range(self._tries):
@@ -320,7 +333,7 @@ class Completer:
                         "completion_failed", [f.row.id for f in batch], self._client_id
                     ),
                 )
-                if self._stopping and attempt + 1 == self._tries:
+                if final and attempt + 1 == self._tries:
                     break
                 pause = self._pauses[min(attempt, len(self._pauses) - 1)]
                 await anyio.sleep(pause * (1 + random.uniform(-0.1, 0.1)))

@@ -99,8 +99,19 @@ class Elector:
         self._notifier = notifier
         self._wake_follower = Wakeup()
         self._resign_requested = Wakeup()
-        self.is_leader = False
+        #: set while this client leads (a fresh one for each term)
+        self._leading = anyio.Event()
+        #: leadership terms begun, and the services of the current (or last) term
         self.terms = 0
+        self.services: tuple[LeaderService, ...] = ()
+
+    @property
+    def is_leader(self) -> bool:
+        return self._leading.is_set()
+
+    async def wait_leading(self) -> None:
+        """Wait until this client leads (at once if it does)."""
+        await self._leading.wait()
 
     # --- notifications --------------------------------------------------------------------
 
@@ -200,7 +211,7 @@ class Elector:
         """Hold the lease, with the leader scope open, until leadership ends; then resign
         unless the lease was lost."""
         self._resign_requested.clear()
-        self.is_leader = True
+        self._leading.set()
         self.terms += 1
         logger.info("elector: %s elected leader", self._client_id)
         self._events.publish(
@@ -218,7 +229,7 @@ class Elector:
                 leader.cancel_scope.cancel(f"leadership {reason}")
                 # no longer the leader from here on: said before the lease is given up, so
                 # nobody hears of a new leader while this one still claims to lead
-                self.is_leader = False
+                self._leading = anyio.Event()
                 self._resign_requested.clear()
                 logger.info("elector: %s no longer leads (%s)", self._client_id, reason)
                 self._events.publish(
@@ -233,7 +244,8 @@ class Elector:
                     await self._resign(term)
 
     async def _start_services(self, leader: TaskGroup) -> None:
-        for service in self._services():
+        self.services = tuple(self._services())
+        for service in self.services:
             try:
                 await leader.start(_guarded, service, self._events, name=f"river {service.name}")
             except Exception as exc:

@@ -1,35 +1,36 @@
-"""The client run: one task group, nested scopes, and the exception policy at its boundary.
+"""The client run: one task group whose nested scopes are the run's lifetimes.
 
 ::
 
-    run_client                        (root task group)
+    root                              the run; cancelled from outside: a hard stop
     ├─ lag monitor
-    ├─ notifier.run                   ready once listening (start fails otherwise)
-    ├─ completer.run                  the completion nursery; outlives every job
-    ├─ elector.run                    River's river_leader lease (cancelled when a stop begins)
+    ├─ notifier                       ready once listening (start fails otherwise)
+    ├─ elector                        in the elector scope: cancelled when a stop begins
     │    └─ leader scope              exists exactly while this client leads
     │         └─ scheduler, rescuer, job cleaner, queue cleaner, reindexer | outbox cleaner
-    └─ producers task group           the inner scope: stop escalation lands here
-         └─ producer[q].run (×queues)
-              └─ job nursery → executor per job
+    └─ work                           exits when the completer has written the last result
+         ├─ completer                 ends on EndOfStream: every producer closed its stream
+         └─ jobs scope                a graceful stop's deadline, stop-and-cancel's cancel
+              └─ producers            its body starts the queues added while running
+                   └─ producer[q] ⊃ its fetch scope and its jobs (×queues)
 
-Soft stop (``run.stop(timeout)``, or leaving ``open_client``'s body normally): producers stop
-claiming; running jobs may finish; when the timeout passes the producers' scope is cancelled
-with reason "soft stop timeout" and the jobs still running are interrupted (back to
-``available``, attempt restored, no error). ``run.stop_and_cancel()`` cancels them at once.
-When every producer has exited the completer flushes and returns, then the notifier and the
-rest are cancelled. When a stop begins the leader resigns at once (bounded, shielded) and its
-maintenance ends while the queues drain, so another client can take over. Many stop calls
-share one shutdown; the client never installs signal handlers.
+A stop is an operation on these scopes, done at once inside ``stop()``: every producer's fetch
+scope is cancelled (no claim begins afterwards), no queue can be added any more (the producers'
+body ends), the elector scope is cancelled (the leader resigns, its maintenance ends while the
+queues drain), and ``stop(timeout)`` brings the jobs scope's deadline forward to
+``now + timeout`` (never back). ``stop_and_cancel()`` cancels the jobs scope: running jobs are
+interrupted (``available`` again, attempt restored, no error). When the last producer has
+exited the completer writes what is left and returns, the work group exits, and the root is
+cancelled. The scopes exist from the start, so a stop requested while the run is starting
+applies as soon as they are entered.
 
-Exceptions leaving ``open_client``: the body's own exception propagates unchanged (after a
-stop-and-cancel); a failure of an internal service raises :class:`ClientCrashedError` with the
-exception group as ``__cause__``; a start-up failure is raised as itself; cancellation and
-``KeyboardInterrupt`` are never wrapped.
+Start-up failures surface as one plain exception (the exception policy of ``open_client`` is
+in ``_entry``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Callable
@@ -39,17 +40,19 @@ import anyio
 import anyio.abc
 import attrs
 from anyio.abc import TaskStatus
+from anyio.streams.memory import MemoryObjectSendStream
 
 from .._client import Client
 from .._config import ClientConfig, QueueConfig
 from .._errors import ConfigError, NotFoundError, RiverError, ValidationError
-from .._events import Event, EventHub, EventKind, Subscription
+from .._events import EventHub, EventKind, Subscription
 from .._logging import client_extra, queue_extra
 from ..drivers import Driver
 from ._clock import Clock
-from ._completer import Completer, CompleterStatistics
+from ._completer import Completer, CompleterStatistics, Finished
 from ._elector import Elector, LeaderService
 from ._executor import JobExecutor
+from ._lag import LagMonitor
 from ._maintenance import (
     JobCleaner,
     JobRescuer,
@@ -61,14 +64,11 @@ from ._maintenance import (
 from ._notifier import ALL_TOPICS, TOPICS, Notifier
 from ._periodic import PeriodicEnqueuer
 from ._producer import Producer
-from ._util import STOP_AND_CANCEL_REASON, STOP_TIMEOUT_REASON
+from ._util import STOP_AND_CANCEL_REASON
 
 __all__ = ["ClientCrashedError", "ClientRun", "Diagnostics", "leader_services"]
 
 logger = logging.getLogger("river_anyio.client")
-
-LAG_SAMPLE = 1.0
-LAG_WARN = 0.1
 
 
 class ClientCrashedError(RiverError):
@@ -89,13 +89,32 @@ class QueueDiagnostics:
 class Diagnostics:
     """A snapshot of a running client's internals."""
 
+    #: how late the lag monitor's last tick woke, and the longest stall of the loop seen
     loop_lag: float
     loop_lag_max: float
+    #: stalls of the loop in the last ten minutes: ``{duration upper bound (s): count}``
+    loop_lag_histogram: dict[float, int]
     queues: dict[str, QueueDiagnostics]
     completer: CompleterStatistics | None
     notifier_reconnects: int
     notifications_dropped: int
     stopping: bool
+    #: leadership terms this client has begun, and its leader services' names while it leads
+    leader_terms: int = 0
+    leader_services: tuple[str, ...] = ()
+
+
+@attrs.define(eq=False)
+class _Queue:
+    """A worked queue: its producer, and whether that has exited (``local_queues.remove``)."""
+
+    producer: Producer
+    exited: anyio.Event = attrs.field(factory=anyio.Event)
+
+
+#: A request to start working a queue, and where its outcome goes (None: started).
+_QueueRequest = tuple[str, QueueConfig, MemoryObjectSendStream[BaseException | None]]
+_NewProducer = Callable[[str, ClientConfig], Producer]
 
 
 class ClientRun:
@@ -105,26 +124,22 @@ class ClientRun:
         self.client = client
         self.config = config
         self._events = events
-        self._stop_requested = anyio.Event()
+        self._stop_begun = anyio.Event()
+        self._started = anyio.Event()
         self._stopped = anyio.Event()
-        self._stop_deadline = math.inf
-        self._cancel_reason: str | None = None
-        self._producers_scope: anyio.CancelScope | None = None
-        self._escalation: anyio.CancelScope | None = None
-        self._producers: dict[str, Producer] = {}
+        # The scopes a stop acts on exist before the run enters them: a stop during start
+        # is applied as they are entered.
+        self._jobs_scope = anyio.CancelScope()
+        self._elector_scope = anyio.CancelScope()
+        # local queues: requests served inside the producers group, closed when a stop begins
+        self._queue_requests, self._queue_requests_received = anyio.create_memory_object_stream[
+            _QueueRequest
+        ](math.inf)
+        self._queues: dict[str, _Queue] = {}
+        self._lag = LagMonitor(client_id=config.id, events=events)
         self._completer: Completer | None = None
         self._notifier: Notifier | None = None
-        self._lag = 0.0
-        self._lag_max = 0.0
-        self._started = False
-        # local queues (client.local_queues): what a producer added later is built from
-        self._producers_tg: anyio.abc.TaskGroup | None = None
-        self._producer_done: dict[str, anyio.Event] = {}
-        self._new_producer: Callable[[str, ClientConfig], Producer] | None = None
         self._elector: Elector | None = None
-        self._elector_scope: anyio.CancelScope | None = None
-        #: The current (or last) leader term's services, for diagnostics and tests.
-        self._leader_services: list[LeaderService] = []
 
     # --- controls -----------------------------------------------------------------------------
 
@@ -142,48 +157,50 @@ class ClientRun:
             raise ConfigError(
                 "timeout", "must be a non-negative number of seconds or None", timeout
             )
-        deadline = math.inf if timeout is None else anyio.current_time() + float(timeout)
-        if deadline < self._stop_deadline:
-            self._stop_deadline = deadline
-            if self._escalation is not None:
-                self._escalation.cancel("stop deadline brought forward")  # the stopper re-arms
-        self._request_stop()
+        self._begin_stop()
+        if timeout is not None:
+            scope = self._jobs_scope
+            scope.deadline = min(scope.deadline, anyio.current_time() + float(timeout))
 
     def stop_and_cancel(self) -> None:
         """Stop now: running jobs are cancelled and made available again (interrupted)."""
-        self._request_stop()
-        self._cancel_jobs(STOP_AND_CANCEL_REASON)
+        self._begin_stop()
+        self._jobs_scope.cancel(STOP_AND_CANCEL_REASON)
 
-    def _request_stop(self) -> None:
-        # Producers stop claiming now, not when the stopper task next runs: once stop()
-        # returns no new claim begins (trio may run a producer before the stopper).
-        if not self._stop_requested.is_set():
-            logger.info(
-                "client %s stopping",
-                self.client.id,
-                extra=client_extra("client_stopping", self.client.id),
-            )
-            self._stop_requested.set()
-        for producer in self._producers.values():
-            producer.stop_fetching()
-        if self._elector_scope is not None:  # resign now; maintenance ends as queues drain
-            self._elector_scope.cancel("client stopping")
-
-    def _cancel_jobs(self, reason: str) -> None:
-        # Cancelling the producers while they start would fail their start: a stop that
-        # arrives during start is applied as soon as every producer has started.
-        if self._cancel_reason is None:
-            self._cancel_reason = reason
-        if self._started and self._producers_scope is not None:
-            self._producers_scope.cancel(reason)
+    def _begin_stop(self) -> None:
+        if self._stop_begun.is_set():
+            return
+        logger.info(
+            "client %s stopping",
+            self.client.id,
+            extra=client_extra("client_stopping", self.client.id),
+        )
+        self._stop_begun.set()
+        # No claim begins after this returns, and no queue is added any more.
+        for queue in self._queues.values():
+            queue.producer.stop_fetching()
+        self._queue_requests.close()
+        self._elector_scope.cancel("client stopping")  # resign now; maintenance ends too
 
     async def wait(self) -> None:
         """Wait until the run has fully stopped."""
         await self._stopped.wait()
 
+    async def wait_stopping(self) -> None:
+        """Wait until a stop has begun (at once if it has)."""
+        await self._stop_begun.wait()
+
+    async def wait_leading(self) -> None:
+        """Wait until this client leads (at once if it does). A client that never leads
+        (``leader_election_disabled``, or no queues) raises :class:`ValidationError`."""
+        if self._elector is None:
+            raise ValidationError("leader_election_disabled", "this client never leads")
+        await self._elector.wait_leading()
+
     @property
     def stopping(self) -> bool:
-        return self._stop_requested.is_set()
+        """Whether a stop has begun."""
+        return self._stop_begun.is_set()
 
     @property
     def is_leader(self) -> bool:
@@ -196,52 +213,56 @@ class ClientRun:
 
     @property
     def diagnostics(self) -> Diagnostics:
+        elector = self._elector
+        leading = elector is not None and elector.is_leader
         return Diagnostics(
-            loop_lag=self._lag,
-            loop_lag_max=self._lag_max,
+            loop_lag=self._lag.last,
+            loop_lag_max=self._lag.max,
+            loop_lag_histogram=self._lag.histogram(),
             queues={
                 name: QueueDiagnostics(
-                    active_jobs=p.active_jobs, paused=p.paused, fetches=p.fetches
+                    active_jobs=q.producer.active_jobs,
+                    paused=q.producer.paused,
+                    fetches=q.producer.fetches,
                 )
-                for name, p in self._producers.items()
+                for name, q in self._queues.items()
             },
             completer=self._completer.statistics() if self._completer is not None else None,
             notifier_reconnects=self._notifier.reconnects if self._notifier else 0,
             notifications_dropped=self._notifier.dropped if self._notifier else 0,
             stopping=self.stopping,
+            leader_terms=elector.terms if elector is not None else 0,
+            leader_services=(
+                tuple(s.name for s in elector.services) if elector is not None and leading else ()
+            ),
         )
 
-    def _trigger_queues(self, queues: set[str]) -> None:
-        for q in queues:
-            p = self._producers.get(q)
-            if p is not None:
-                p.trigger()
+    @property
+    def _producers(self) -> dict[str, Producer]:
+        """Each worked queue's producer (what tests that watch a producer reach)."""
+        return {name: q.producer for name, q in self._queues.items()}
 
-    # --- local queues and local control (client.local_queues; client.jobs/queues) --------------
+    def _trigger_queues(self, queues: set[str]) -> None:
+        for name in queues:
+            queue = self._queues.get(name)
+            if queue is not None:
+                queue.producer.trigger()
 
     def _control_locally(self, queue: str, payload: dict[str, Any]) -> None:
         """A control action taken through this client's API, applied to its own producers at
         once when it does not listen for notifications (River does the same)."""
-        for producer in list(self._producers.values()):
-            producer._control(payload)
+        for q in list(self._queues.values()):
+            q.producer._control(payload)
 
-    async def _run_producer(self, producer: Producer, *, task_status: TaskStatus[None]) -> None:
-        done = self._producer_done[producer.queue] = anyio.Event()
-        try:
-            await producer.run(task_status=task_status)
-        finally:
-            done.set()
+    # --- local queues (client.local_queues) ---------------------------------------------------
 
     async def _add_queue(self, name: str, queue_config: QueueConfig) -> None:
-        """Start a producer for a new queue (``client.local_queues.add``)."""
-        if self._new_producer is None:
+        """Start a producer for a new queue (``client.local_queues.add``): asked of the
+        producers group's body, which starts it there."""
+        if len(self.config.workers) == 0:
             raise ValidationError(
                 "local_queues", "this client works no jobs (no workers are registered)"
             )
-        if self._producers_tg is None or not self._started or self.stopping:
-            raise ValidationError("local_queues", "the client is not running (or is stopping)")
-        if name in self._producers:
-            raise ValidationError("name", f"queue {name!r} is already added", name)
         config = self.config
         cooldown = queue_config.fetch_cooldown
         cooldown = config.fetch_cooldown if cooldown is None else cooldown
@@ -253,81 +274,97 @@ class ClientRun:
                 f"cannot be shorter than the queue's fetch_cooldown ({cooldown:g}s)",
                 poll,
             )
-        self.config = attrs.evolve(config, queues={**config.queues, name: queue_config})
-        producer = self._new_producer(name, self.config)
-        self._producers[name] = producer
-        try:
-            await self._producers_tg.start(
-                self._run_producer, producer, name=f"river producer {name}"
-            )
-        except BaseException:
-            self._forget(name, producer)
-            raise
+        reply, outcome = anyio.create_memory_object_stream[BaseException | None](1)
+        with outcome:
+            try:
+                self._queue_requests.send_nowait((name, queue_config, reply))
+                failure = await outcome.receive()
+            except (anyio.ClosedResourceError, anyio.EndOfStream):
+                reply.close()
+                raise _not_running() from None
+        if failure is not None:
+            raise failure
         logger.info("queue %s added", name, extra=queue_extra("queue_added", name, self.config.id))
 
+    async def _serve_queue_requests(
+        self, producers: anyio.abc.TaskGroup, new_producer: _NewProducer
+    ) -> None:
+        """The producers group's body: starts the queues asked for, until a stop begins."""
+        requests = self._queue_requests_received
+        try:
+            async for name, queue_config, reply in requests:
+                with reply:
+                    outcome: BaseException | None = None
+                    try:
+                        if self.stopping:
+                            raise _not_running()
+                        await self._start_queue(producers, new_producer, name, queue_config)
+                    except Exception as exc:
+                        outcome = exc
+                    with contextlib.suppress(anyio.BrokenResourceError):  # caller gone
+                        reply.send_nowait(outcome)
+        finally:
+            self._refuse_queue_requests()
+
+    def _refuse_queue_requests(self) -> None:
+        """No more queues: callers still waiting are told the client is stopping."""
+        self._queue_requests.close()
+        requests = self._queue_requests_received
+        while True:
+            try:
+                _, _, reply = requests.receive_nowait()
+            except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                break
+            reply.close()
+        requests.close()
+
+    async def _start_queue(
+        self,
+        producers: anyio.abc.TaskGroup,
+        new_producer: _NewProducer,
+        name: str,
+        queue_config: QueueConfig,
+    ) -> None:
+        if name in self._queues:
+            raise ValidationError("name", f"queue {name!r} is already added", name)
+        self.config = attrs.evolve(self.config, queues={**self.config.queues, name: queue_config})
+        queue = self._queues[name] = _Queue(new_producer(name, self.config))
+        if self.stopping:  # a queue of the configuration, while a stop began during start
+            queue.producer.stop_fetching()
+        try:
+            await producers.start(self._run_queue, queue, name=f"river producer {name}")
+        except BaseException:
+            self._forget(name, queue)
+            raise
+
+    async def _run_queue(self, queue: _Queue, *, task_status: TaskStatus[None]) -> None:
+        try:
+            await queue.producer.run(task_status=task_status)
+        finally:
+            queue.exited.set()
+
     async def _remove_queue(self, name: str) -> None:
-        """Stop a queue's producer and wait until its running jobs are done
-        (``client.local_queues.remove``)."""
-        producer = self._producers.get(name)
-        if producer is None:
+        """Stop a queue's producer and wait until it has exited, its running jobs done and
+        handed to the completer (``client.local_queues.remove``)."""
+        queue = self._queues.get(name)
+        if queue is None:
             raise NotFoundError(f"queue {name!r} is not worked by this client")
-        producer.stop_fetching()
-        done = self._producer_done.get(name)
-        if done is not None:
-            await done.wait()
-        self._forget(name, producer)
+        queue.producer.stop_fetching()
+        await queue.exited.wait()
+        self._forget(name, queue)
         logger.info(
             "queue %s removed", name, extra=queue_extra("queue_removed", name, self.config.id)
         )
 
-    def _forget(self, name: str, producer: Producer) -> None:
-        if self._producers.get(name) is not producer:
+    def _forget(self, name: str, queue: _Queue) -> None:
+        if self._queues.get(name) is not queue:
             return
-        del self._producers[name]
-        self._producer_done.pop(name, None)
+        del self._queues[name]
         self.config = attrs.evolve(
             self.config, queues={k: v for k, v in self.config.queues.items() if k != name}
         )
 
     # --- the run ------------------------------------------------------------------------------
-
-    async def _lag_monitor(self) -> None:
-        while True:
-            start = anyio.current_time()
-            await anyio.sleep(LAG_SAMPLE)
-            lag = max(0.0, anyio.current_time() - start - LAG_SAMPLE)
-            self._lag = lag
-            self._lag_max = max(self._lag_max, lag)
-            if lag > LAG_WARN:
-                logger.warning(
-                    "event loop lag %.0f ms",
-                    lag * 1000,
-                    extra=client_extra("loop_lag", self.client.id),
-                )
-                self._events.publish(Event(kind=EventKind.LOOP_LAG, details={"lag": lag}))
-
-    async def _stopper(self) -> None:
-        """Cancels the running jobs once the stop deadline passes."""
-        await self._stop_requested.wait()
-        while True:
-            with anyio.CancelScope() as self._escalation:
-                if math.isfinite(self._stop_deadline):
-                    await anyio.sleep_until(self._stop_deadline)
-                    logger.warning(
-                        "soft stop timeout passed; cancelling running jobs",
-                        extra=client_extra("stop_timeout", self.client.id),
-                    )
-                    self._cancel_jobs(STOP_TIMEOUT_REASON)
-                    return
-                await anyio.sleep_forever()
-            # the deadline was brought forward: re-arm
-
-    async def _run_elector(self, elector: Elector) -> None:
-        with anyio.CancelScope() as scope:
-            self._elector_scope = scope
-            if self._stop_requested.is_set():
-                scope.cancel("client stopping")
-            await elector.run()
 
     async def _run(
         self,
@@ -339,7 +376,7 @@ class ClientRun:
         config = self.config
         try:
             async with anyio.create_task_group() as root:
-                root.start_soon(self._lag_monitor, name="river lag monitor")
+                await root.start(self._lag.run, name="river lag monitor")
                 notifier: Notifier | None = None
                 works = bool(config.queues) or len(config.workers) > 0  # queues may be added
                 elects = bool(config.queues) and not config.leader_election_disabled
@@ -348,115 +385,23 @@ class ClientRun:
                     await root.start(notifier.run, name="river notifier")
                 self._notifier = notifier
                 if elects:
-
-                    def services() -> list[LeaderService]:
-                        self._leader_services = leader_services(self, driver, clock)
-                        return self._leader_services
-
                     self._elector = Elector(
                         driver=driver,
                         client_id=config.id,
                         events=self._events,
-                        services=services,
+                        services=lambda: leader_services(self, driver, clock),
                         interval=config.elect_interval,
                         clock=clock,
                         notifier=notifier,
                     )
                     root.start_soon(self._run_elector, self._elector, name="river elector")
-                timings: dict[str, Any] = {}
-                if config.completer_pauses is not None:
-                    timings["pauses"] = config.completer_pauses
-                if config.completer_try_timeout is not None:
-                    timings["try_timeout"] = config.completer_try_timeout
-                completer = Completer(driver, client_id=config.id, events=self._events, **timings)
-                self._completer = completer
-                completer_done = anyio.Event()
-
-                async def run_completer(*, task_status: TaskStatus[Any]) -> None:
-                    try:
-                        await completer.run(task_status=task_status)
-                    finally:
-                        completer_done.set()
-
-                send = await root.start(run_completer, name="river completer")
-                thread_limiter = anyio.CapacityLimiter(config.thread_workers)
-                process_runner = None
-                if any(reg.run_in == "process" for reg in config.workers):
-                    from ._process import ProcessRunner
-
-                    process_runner = ProcessRunner(
-                        limit=config.process_workers, stuck_threshold=config.job_stuck_threshold
-                    ).run
-                streams = []
-                with send:
-                    # Queues added while running clone this spare stream, closed with the rest.
-                    spare = send.clone()
-                    streams.append(spare)
-
-                    def new_producer(name: str, config: ClientConfig) -> Producer:
-                        stream = spare.clone()  # the producer closes it when it exits
-                        streams.append(stream)
-                        executor = JobExecutor(
-                            config=config,
-                            client=self.client,
-                            clock=clock,
-                            send=stream,
-                            thread_limiter=thread_limiter,
-                            process_runner=process_runner,
-                        )
-                        return Producer(
-                            queue=name,
-                            config=config,
-                            driver=driver,
-                            executor=executor,
-                            completer=completer,
-                            send=stream,
-                            events=self._events,
-                            notifier=notifier,
-                        )
-
-                    for name in config.queues:
-                        self._producers[name] = new_producer(name, config)
-                    if len(config.workers) > 0:
-                        self._new_producer = new_producer
-                if self._stop_requested.is_set():
-                    self._request_stop()
-                root.start_soon(self._stopper, name="river stopper")
                 self.client._after_insert = self._trigger_queues
                 if notifier is None:
                     self.client._local_control = self._control_locally
-                try:
-                    async with anyio.create_task_group() as producers:
-                        self._producers_scope = producers.cancel_scope
-                        self._producers_tg = producers
-                        for name, producer in list(self._producers.items()):
-                            await producers.start(
-                                self._run_producer, producer, name=f"river producer {name}"
-                            )
-                        self._started = True
-                        self.client.local_queues._host = self
-                        if self._cancel_reason is not None:  # stop-and-cancel during start
-                            producers.cancel_scope.cancel(self._cancel_reason)
-                        task_status.started(self)
-                        logger.info(
-                            "client %s started (%d queues)",
-                            config.id,
-                            len(config.queues),
-                            extra=client_extra("client_started", config.id),
-                        )
-                        await self._stop_requested.wait()
-                finally:
-                    # Every producer is done and has closed its completion stream; close those
-                    # of producers that never started (a failed start), or the completer
-                    # would wait for them forever. It then writes what is left, and the rest
-                    # of the run is torn down.
-                    for stream in streams:
-                        stream.close()
-                with anyio.CancelScope(shield=True):
-                    await completer_done.wait()
+                await self._work(driver, clock, notifier, task_status)
                 root.cancel_scope.cancel("client stopped")
         except BaseExceptionGroup as group:
-            if self._started:
+            if self._started.is_set():
                 raise
             # a start-up failure surfaces as one plain exception
             cancelled = anyio.get_cancelled_exc_class()
@@ -468,7 +413,7 @@ class ClientRun:
             self.client._after_insert = None
             self.client._local_control = None
             self.client.local_queues._host = None
-            self._producers_tg = None
+            self._refuse_queue_requests()
             if self._notifier is not None:
                 self._notifier.close()
             self._events.close()
@@ -476,6 +421,108 @@ class ClientRun:
             logger.info(
                 "client %s stopped", config.id, extra=client_extra("client_stopped", config.id)
             )
+
+    async def _run_elector(self, elector: Elector) -> None:
+        with self._elector_scope:
+            await elector.run()
+
+    async def _work(
+        self,
+        driver: Driver,
+        clock: Clock,
+        notifier: Notifier | None,
+        task_status: TaskStatus[ClientRun],
+    ) -> None:
+        """The work group: the completer, and the jobs scope holding the producers."""
+        config = self.config
+        timings: dict[str, Any] = {}
+        if config.completer_pauses is not None:
+            timings["pauses"] = config.completer_pauses
+        if config.completer_try_timeout is not None:
+            timings["try_timeout"] = config.completer_try_timeout
+        completer = Completer(driver, client_id=config.id, events=self._events, **timings)
+        self._completer = completer
+        thread_limiter = anyio.CapacityLimiter(config.thread_workers)
+        process_runner = None
+        if any(reg.run_in == "process" for reg in config.workers):
+            from ._process import ProcessRunner
+
+            process_runner = ProcessRunner(
+                limit=config.process_workers, stuck_threshold=config.job_stuck_threshold
+            ).run
+        async with anyio.create_task_group() as work:
+            send: MemoryObjectSendStream[Finished] = await work.start(
+                completer.run, name="river completer"
+            )
+            # Every producer gets a clone of ``send`` and closes it when it exits; these are
+            # closed here too, for a producer whose task never ran.
+            clones: list[MemoryObjectSendStream[Finished]] = []
+
+            def new_producer(name: str, config: ClientConfig) -> Producer:
+                clone = send.clone()
+                clones.append(clone)
+                executor = JobExecutor(
+                    config=config,
+                    client=self.client,
+                    clock=clock,
+                    send=clone,
+                    thread_limiter=thread_limiter,
+                    process_runner=process_runner,
+                )
+                return Producer(
+                    queue=name,
+                    config=config,
+                    driver=driver,
+                    executor=executor,
+                    completer=completer,
+                    send=clone,
+                    events=self._events,
+                    notifier=notifier,
+                )
+
+            with send:
+                try:
+                    with self._jobs_scope:
+                        async with anyio.create_task_group() as producers:
+                            for name, queue_config in config.queues.items():
+                                await self._start_queue(producers, new_producer, name, queue_config)
+                            self._report_started(task_status)
+                            await self._serve_queue_requests(producers, new_producer)
+                finally:
+                    for clone in clones:
+                        clone.close()
+            self._log_jobs_cancelled()
+            if not self._started.is_set():
+                # a stop-and-cancel (or a passed stop deadline) cut the start short: the run
+                # still reports itself started, and is stopping
+                self._report_started(task_status)
+
+    def _report_started(self, task_status: TaskStatus[ClientRun]) -> None:
+        if self._started.is_set():
+            return
+        self._started.set()
+        self.client.local_queues._host = self
+        task_status.started(self)
+        logger.info(
+            "client %s started (%d queues)",
+            self.config.id,
+            len(self.config.queues),
+            extra=client_extra("client_started", self.config.id),
+        )
+
+    def _log_jobs_cancelled(self) -> None:
+        scope = self._jobs_scope
+        if not scope.cancelled_caught:
+            return
+        if scope.deadline <= anyio.current_time():  # not a stop-and-cancel
+            logger.warning(
+                "soft stop timeout passed; running jobs were cancelled",
+                extra=client_extra("stop_timeout", self.client.id),
+            )
+
+
+def _not_running() -> ValidationError:
+    return ValidationError("local_queues", "the client is not running (or is stopping)")
 
 
 def leader_services(run: ClientRun, driver: Driver, clock: Clock) -> list[LeaderService]:

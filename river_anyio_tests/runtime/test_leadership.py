@@ -107,6 +107,9 @@ async def test_one_client_leads_and_a_stopping_leader_hands_over_at_once(
                 assert await lease_holder(database_url) == "leader-a"
                 a.stop()
                 stopped_at = anyio.current_time()
+                assert a.stopping
+                with anyio.fail_after(WAIT):
+                    await a.wait_stopping()  # at once: the stop has begun
                 lost = await next_event(a_events, K.LEADER_LOST)
                 assert lost.details["reason"] == "stopping"
                 await next_event(b_events, K.LEADER_ELECTED)
@@ -142,8 +145,8 @@ async def test_request_resign_and_a_lost_lease_end_the_term_and_its_services(
         run = await start(tg, database_url, "resigner", maintenance=maintenance)
         with run.subscribe(K.LEADER_ELECTED, K.LEADER_LOST, K.JOB_COMPLETED) as events:
             await leading(run, events)
-            assert run._elector is not None
-            assert run._elector.terms == 1
+            assert run.diagnostics.leader_terms == 1
+            assert set(run.diagnostics.leader_services) >= {"scheduler", "rescuer"}
             async with open_driver(database_url) as driver:
                 ex = driver.executor()
                 # River's RequestResign: the leader resigns, then competes again
@@ -153,7 +156,7 @@ async def test_request_resign_and_a_lost_lease_end_the_term_and_its_services(
                 lost = await next_event(events, K.LEADER_LOST)
                 assert lost.details["reason"] == "resigned"
                 await next_event(events, K.LEADER_ELECTED)
-                assert run._elector.terms == 2  # a new term (with new services)
+                assert run.diagnostics.leader_terms == 2  # a new term (with new services)
 
                 # someone else takes the lease (as after a partition): the term is lost, the
                 # services stop with it
@@ -161,6 +164,7 @@ async def test_request_resign_and_a_lost_lease_end_the_term_and_its_services(
                 lost = await next_event(events, K.LEADER_LOST)
                 assert lost.details["reason"] == "lost"
                 assert not run.is_leader
+                assert run.diagnostics.leader_services == ()
                 at = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=0.2)
                 res = await run.client.insert(Ping(), river.InsertOpts(scheduled_at=at))
                 # nobody schedules it: not this client's scheduler, whose scope was cancelled
@@ -171,7 +175,9 @@ async def test_request_resign_and_a_lost_lease_end_the_term_and_its_services(
 
                 # the lease is free again: leading again, the job gets scheduled and worked
                 await ex.exec_script("DELETE FROM river_leader")
-                await next_event(events, K.LEADER_ELECTED)
+                with anyio.fail_after(WAIT):
+                    await run.wait_leading()
+                assert run.diagnostics.leader_terms == 3
                 await next_event(events, K.JOB_COMPLETED, job_id=res.job.id)
         run.stop()
 
@@ -184,6 +190,8 @@ async def test_a_client_with_leader_election_disabled_never_leads(database_url: 
             with pytest.raises(anyio.WouldBlock):
                 events.receive_nowait()
         assert not run.is_leader
+        with pytest.raises(river.ValidationError, match="never leads"):
+            await run.wait_leading()
         assert await lease_holder(database_url) is None
         # it still works its queues
         with run.subscribe(K.JOB_COMPLETED) as done:

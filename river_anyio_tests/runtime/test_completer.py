@@ -1,0 +1,127 @@
+"""The completer on its own: asleep while nothing is pending (an idle client's completer does
+not wake), on both loops and both databases."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import anyio
+import anyio.to_thread
+import pytest
+
+from river_anyio._events import EventHub
+from river_anyio._runtime._completer import Completer
+from river_anyio.drivers import open_driver
+
+pytestmark = pytest.mark.anyio
+
+IDLE = 0.6
+
+
+class _Wakeups:
+    count = 0
+
+
+@contextlib.contextmanager
+def completer_wakeups(backend: str) -> Iterator[_Wakeups]:
+    """Counts the completer's wake-ups: on trio the steps its tasks take (an instrument), on
+    asyncio the timers its code schedules (asyncio has no per-task hook)."""
+    seen = _Wakeups()
+    if backend == "trio":
+        import trio
+
+        class Steps(trio.abc.Instrument):
+            def before_task_step(self, task: trio.lowlevel.Task) -> None:
+                if "completer" in task.name.lower():
+                    seen.count += 1
+
+        instrument = Steps()
+        trio.lowlevel.add_instrument(instrument)
+        try:
+            yield seen
+        finally:
+            trio.lowlevel.remove_instrument(instrument)
+        return
+    import asyncio
+
+    loop = asyncio.get_running_loop()
+    call_at = loop.call_at
+
+    def counting_call_at(when: float, callback: Any, *args: Any, **kwargs: Any) -> Any:
+        frame: Any = sys._getframe(1)
+        while frame is not None:
+            if frame.f_code.co_filename.endswith("_completer.py"):
+                seen.count += 1
+                break
+            frame = frame.f_back
+        return call_at(when, callback, *args, **kwargs)
+
+    loop.call_at = counting_call_at  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        del loop.call_at
+
+
+async def test_an_idle_completer_sleeps(database_url: str, anyio_backend: str) -> None:
+    async with open_driver(database_url) as driver:
+        completer = Completer(driver, client_id="idle-completer", events=EventHub())
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                send = await tg.start(completer.run, name="river completer")
+                with send:
+                    await anyio.wait_all_tasks_blocked()
+                    with completer_wakeups(anyio_backend) as wakeups:
+                        # waited in a thread: the test's own task sets no timer meanwhile
+                        await anyio.to_thread.run_sync(time.sleep, IDLE)
+                    # a ticking completer (every 50 ms) would have woken about 12 times
+                    assert wakeups.count == 0
+                # the last stream closed: the completer returns
+    assert completer.statistics().pending == 0
+
+
+async def test_a_completion_after_an_idle_spell_is_written(database_url: str) -> None:
+    """Asleep, the completer still wakes for a completion, and writes it within its quiet
+    flush window (no producer asked for a flush here)."""
+    import datetime as dt
+
+    import river_anyio as river
+    from river_anyio._runtime._completer import Finished
+
+    from .lifecycle_support import Blocker, read_job, wait_until
+
+    async with river.open_client(database_url) as inserter:
+        job = (await inserter.client.insert(Blocker())).job
+    async with open_driver(database_url) as driver:
+        [row] = await driver.executor().job_get_available(
+            queue=job.queue, max_to_lock=1, client_id="idle-completer", max_attempted_by=100
+        )
+        completer = Completer(driver, client_id="idle-completer", events=EventHub())
+        async with anyio.create_task_group() as tg:
+            send = await tg.start(completer.run)
+            with send:
+                await anyio.wait_all_tasks_blocked()
+                await anyio.to_thread.run_sync(time.sleep, 0.2)  # idle for a while
+                now = dt.datetime.now(dt.UTC)
+                await send.send(
+                    Finished(
+                        id=row.id,
+                        attempt=row.attempt,
+                        state=river.JobState.COMPLETED,
+                        finalized_at=now,
+                        row=row,
+                        kind=river.EventKind.JOB_COMPLETED,
+                        message=None,
+                        start=now,
+                        started=time.monotonic(),
+                    )
+                )
+                sent = anyio.current_time()
+                await wait_until(lambda: completer.statistics().written == 1, within=5)
+                # the fifth 50 ms tick after it arrived, not a later poll
+                assert anyio.current_time() - sent < 1.0
+    assert (await read_job(database_url, job.id)).state is river.JobState.COMPLETED
