@@ -42,7 +42,7 @@ from anyio.abc import TaskStatus
 
 from .._client import Client
 from .._config import ClientConfig, QueueConfig
-from .._errors import ConfigError, NotFoundError, RiverError, ValidationError
+from .._errors import ClientCrashedError, ConfigError, NotFoundError, ValidationError
 from .._events import Event, EventHub, EventKind, Subscription
 from .._logging import client_extra, queue_extra
 from ..drivers import Driver
@@ -69,13 +69,6 @@ logger = logging.getLogger("river_anyio.client")
 
 LAG_SAMPLE = 1.0
 LAG_WARN = 0.1
-
-
-class ClientCrashedError(RiverError):
-    """An internal service of a running client failed; the run was stopped and cleaned up.
-
-    The failures are in ``__cause__`` (an exception group).
-    """
 
 
 @attrs.frozen(kw_only=True)

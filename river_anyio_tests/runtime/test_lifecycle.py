@@ -6,7 +6,6 @@ Every test runs on both loops and both databases and reads the rows back.
 
 from __future__ import annotations
 
-import functools
 import logging
 import time
 from typing import Any
@@ -329,11 +328,8 @@ async def test_run_client_in_the_callers_task_group(database_url: str) -> None:
     gate = Gate()
     gate.release.set()
     async with anyio.create_task_group() as tg:
-        run: river.ClientRun = await tg.start(
-            functools.partial(
-                river.run_client, database_url, id=CLIENT, queues=queues(), workers=gate.workers()
-            )
-        )
+        config = river.Config(id=CLIENT, queues=queues(), workers=gate.workers())
+        run: river.ClientRun = await tg.start(river.run_client, database_url, config)
         assert isinstance(run, river.ClientRun) and run.client.id == CLIENT
         with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
             job = (await run.client.insert(Blocker())).job
@@ -352,15 +348,8 @@ async def test_cancelling_the_callers_task_group_hard_stops_run_client(
     gate = Gate(mode="forever")
     with anyio.fail_after(SOON):
         async with anyio.create_task_group() as tg:
-            run: river.ClientRun = await tg.start(
-                functools.partial(
-                    river.run_client,
-                    database_url,
-                    id=CLIENT,
-                    queues=queues(),
-                    workers=gate.workers(),
-                )
-            )
+            config = river.Config(id=CLIENT, queues=queues(), workers=gate.workers())
+            run: river.ClientRun = await tg.start(river.run_client, database_url, config)
             job = (await run.client.insert(Blocker())).job
             await gate.started_event(job.id).wait()
             tg.cancel_scope.cancel()
