@@ -58,7 +58,6 @@ __all__ = (
     "QueueRow",
     "ScheduledJob",
     "dialect_of_url",
-    "open_dialect_driver",
     "open_driver",
     "redact_url",
 )
@@ -141,7 +140,8 @@ async def open_dialect_driver(
     dialect: Dialect, url: str, *, schema: str | None = None, **options: Any
 ) -> AsyncIterator[Driver]:
     """:func:`open_driver` for a URL whose dialect the caller has already resolved with
-    :func:`dialect_of_url` (``open_client`` resolves it once, where its options are checked)."""
+    :func:`dialect_of_url` (``open_client`` resolves it once, where its options are checked).
+    Internal: not part of the drivers' public surface."""
     backend = await _backend(dialect)
     opener = backend.open_postgres if dialect == "postgres" else backend.open_sqlite
     async with opener(url, schema=schema, **options) as driver:
