@@ -649,11 +649,14 @@ class ClientConfig(Config):
     maintenance_stagger: bool = attrs.field(default=True, validator=_maintenance_stagger)
 
 
-def client_config(config: Config) -> ClientConfig:
-    """``config`` as the run reads it (itself if it is a ClientConfig already). The values
-    were validated when ``config`` was built; building the ClientConfig checks them again,
-    which is pure and costs microseconds, once per client start."""
+def client_config(config: Config | None, options: Mapping[str, Any]) -> ClientConfig:
+    """The configuration a run reads: ``config``'s fields (``Config()``'s when it is None)
+    with ``options`` applied over them, built once. With no config, that one construction is
+    the only validation; a caller's Config was validated when it was built, and is checked
+    again here with the options applied (the checks are pure, and cost microseconds)."""
     if isinstance(config, ClientConfig):
-        return config
-    fields: dict[str, Any] = {f.name: getattr(config, f.name) for f in attrs.fields(Config)}
-    return ClientConfig(**fields)
+        return attrs.evolve(config, **options) if options else config
+    fields: dict[str, Any] = {}
+    if config is not None:
+        fields = {f.name: getattr(config, f.name) for f in attrs.fields(Config)}
+    return ClientConfig(**{**fields, **options})

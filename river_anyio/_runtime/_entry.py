@@ -78,8 +78,7 @@ def prepare(
     unknown = sorted(set(opts) - CONFIG_OPTIONS)
     if unknown:
         raise ConfigError(unknown[0], "is not an open_client option")
-    base = Config() if config is None else config
-    run_config = client_config(attrs.evolve(base, **opts) if opts else base)
+    run_config = client_config(config, opts)
     if isinstance(database, str):
         dialect = dialect_of_url(database)
         _check_driver_options(dialect, run_config.driver_options)
