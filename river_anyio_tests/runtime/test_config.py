@@ -587,3 +587,23 @@ async def test_the_ignored_maintenance_warning_prints_once(database_url: str, en
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         river.open_client(database_url, config, maintenance=None)
+
+
+@pytest.mark.anyio
+async def test_a_callers_driver_is_checked_before_the_client_starts(database_url: str) -> None:
+    from river_anyio.drivers import open_driver
+
+    async with open_driver(database_url) as driver:
+        with pytest.raises(river.ConfigError) as info:
+            river.open_client(driver, driver_options={"busy_timeout": 1})
+        assert (info.value.field, info.value.rule) == (
+            "driver_options",
+            "only applies when opening a database from a URL",
+        )
+        with pytest.raises(river.ConfigError) as info:
+            river.open_client(driver, schema="some_other_schema")
+        assert info.value.field == "schema"
+        assert info.value.rule.startswith("conflicts with the driver's schema")
+        # the driver's own schema is no conflict, and the client runs on that driver
+        async with river.open_client(driver, schema=driver.schema) as run:
+            assert run.client.driver is driver
