@@ -10,10 +10,13 @@ from __future__ import annotations
 import contextlib
 
 from ._client import Client as Client
+from ._config import Config as Config
+from ._config import ConfigOptions as ConfigOptions
 from ._config import MaintenanceConfig as MaintenanceConfig
 from ._config import QueueConfig as QueueConfig
 from ._cron import CronSchedule as CronSchedule
 from ._cron import cron as cron
+from ._errors import ClientCrashedError as ClientCrashedError
 from ._errors import ConfigError as ConfigError
 from ._errors import ConnectionLostError as ConnectionLostError
 from ._errors import CronError as CronError
@@ -56,7 +59,6 @@ from ._retry import DefaultRetryPolicy as DefaultRetryPolicy
 from ._retry import RetryPolicy as RetryPolicy
 from ._runtime._entry import open_client as open_client
 from ._runtime._entry import run_client as run_client
-from ._runtime._supervisor import ClientCrashedError as ClientCrashedError
 from ._runtime._supervisor import ClientRun as ClientRun
 from ._runtime._supervisor import Diagnostics as Diagnostics
 from ._version import __version__ as __version__
@@ -74,7 +76,9 @@ __all__ = (
     "Client",
     "ClientCrashedError",
     "ClientRun",
+    "Config",
     "ConfigError",
+    "ConfigOptions",
     "ConnectionLostError",
     "CronError",
     "CronSchedule",

@@ -22,7 +22,7 @@ from typing import ClassVar, TextIO
 import anyio
 import attrs
 
-from ._config import QueueConfig
+from ._config import Config, ConfigOptions, QueueConfig
 from ._insert import InsertManyParams
 from ._job import JobState
 from ._runtime._entry import open_client
@@ -72,7 +72,7 @@ async def _bench(
     duration: float | None,
     rate: float | None,
     max_workers: int,
-    options: dict[str, object],
+    options: ConfigOptions,
     out: TextIO,
 ) -> BenchResult:
     async with open_driver(url) as driver:
@@ -94,12 +94,8 @@ async def _bench(
             f"inserted {total:,} jobs in {time.perf_counter() - insert_start:.2f}s; working...",
             file=out,
         )
-    async with open_client(
-        url,
-        queues={"default": QueueConfig(max_workers=max_workers)},
-        workers=workers,
-        **options,
-    ) as run:
+    config = Config(queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers)
+    async with open_client(url, config, **options) as run:
         client = run.client
 
         def done() -> int:
@@ -198,7 +194,7 @@ def run_bench(
         raise ValueError(
             f"bench deletes every job in {redact_url(database_url)}; pass --yes to confirm"
         )
-    options: dict[str, object] = {}
+    options: ConfigOptions = {}
     if fetch_cooldown is not None:
         options["fetch_cooldown"] = fetch_cooldown
     with tempfile.TemporaryDirectory(prefix="river_anyio_bench_") as tmp:

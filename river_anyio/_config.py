@@ -1,13 +1,17 @@
-"""Client and queue configuration, validated when constructed (every rule a specific error)."""
+"""Client and queue configuration, validated when constructed (every rule a specific error).
+
+:class:`Config` is the client's configuration (public); :class:`ConfigOptions` the same
+fields as ``open_client`` keyword options; :class:`ClientConfig` what a run reads (private).
+River's defaults are the field defaults here, and nowhere else.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
 import math
 import re
-import warnings
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 import attrs
 
@@ -15,9 +19,21 @@ from ._errors import ConfigError, ValidationError
 from ._job import MAX_ATTEMPTS_DEFAULT, validate_queue_name
 from ._periodic import PeriodicJob, PeriodicJobs
 from ._retry import DefaultRetryPolicy, RetryPolicy
+from ._runtime._clock import Clock
 from ._work import Workers
 
-__all__ = ["ClientConfig", "MaintenanceConfig", "QueueConfig"]
+__all__ = [
+    "CONFIG_OPTIONS",
+    "JOB_TIMEOUT_DEFAULT",
+    "MAX_ATTEMPTS_DEFAULT",
+    "ClientConfig",
+    "Config",
+    "ConfigOptions",
+    "MaintenanceConfig",
+    "QueueConfig",
+    "client_config",
+    "seconds",
+]
 
 QUEUE_MAX_WORKERS = 10_000
 FETCH_COOLDOWN_DEFAULT = 0.1
@@ -226,143 +242,88 @@ class MaintenanceConfig:
         return result
 
 
-def _callable_or_none(value: object, field: str, method: str | None = None) -> None:
+# --- the client's configuration -------------------------------------------------------------
+
+#: River's defaults for the client options (``client.go``); :class:`Config` holds them.
+THREAD_WORKERS_DEFAULT = 16
+PROCESS_WORKERS_DEFAULT = 4
+#: Bounds River puts on the attempts and on a client ID.
+MAX_ATTEMPTS_LIMIT = 32767
+ID_MAX_LENGTH = 100
+
+
+def _id(value: str | None) -> str | None:
     if value is None:
-        return
-    if method is not None and callable(getattr(value, method, None)):
-        return
-    if method is None and callable(value):
-        return
-    want = f"an object with a {method}() method" if method else "callable"
-    raise ConfigError(field, f"must be {want}", value)
+        return None
+    if not isinstance(value, str) or not value:
+        raise ConfigError("id", "must be a non-empty str", value)
+    if len(value) > ID_MAX_LENGTH:
+        raise ConfigError("id", f"ID cannot be longer than {ID_MAX_LENGTH} characters", value)
+    return value
 
 
-@attrs.frozen(kw_only=True)
-class ClientConfig:
-    """Everything ``open_client`` was given, validated and defaulted."""
-
-    id: str
-    schema: str | None
-    max_attempts: int
-    queues: Mapping[str, QueueConfig]
-    workers: Workers
-    job_timeout: float | None
-    soft_stop_timeout: float | None
-    fetch_cooldown: float
-    fetch_poll_interval: float
-    poll_only: bool
-    fetch_only_known_kinds: bool
-    retry_policy: RetryPolicy
-    error_handler: Any
-    middleware: tuple[Any, ...]
-    hooks: tuple[Any, ...]
-    job_stuck_threshold: float
-    thread_workers: int
-    process_workers: int
-    periodic_jobs: tuple[PeriodicJob, ...] = ()
-    #: Private, for tests (``open_client(_completer_pauses=..., _completer_try_timeout=...)``):
-    #: the completer's pauses between write tries and its per-try timeout. ``None`` keeps
-    #: River's 1 s/2 s/4 s and 10 s.
-    completer_pauses: tuple[float, ...] | None = None
-    completer_try_timeout: float | None = None
-    # --- leadership and maintenance
-    maintenance: MaintenanceConfig = attrs.field(factory=MaintenanceConfig)
-    leader_election_disabled: bool = False
-    #: ``maintenance.rescue_after`` resolved (River's default when not given).
-    rescue_after: float = HOUR
-    #: Private, for tests (``_elect_interval``): River's 5 s; TTL and jitter scale with it.
-    elect_interval: float = ELECT_INTERVAL_DEFAULT
-    #: Private, for tests (``_maintenance_stagger=False``, River's TestOnly): each service
-    #: waits a random 0–1 s before it starts.
-    maintenance_stagger: bool = True
-
-    def queue_cooldown(self, name: str) -> float:
-        q = self.queues[name]
-        return q.fetch_cooldown if q.fetch_cooldown is not None else self.fetch_cooldown
-
-    def queue_poll_interval(self, name: str) -> float:
-        q = self.queues[name]
-        return (
-            q.fetch_poll_interval if q.fetch_poll_interval is not None else self.fetch_poll_interval
-        )
-
-
-def build_config(
-    *,
-    id: str,
-    schema: str | None,
-    max_attempts: object,
-    queues: object,
-    workers: object,
-    job_timeout: object,
-    soft_stop_timeout: object,
-    fetch_cooldown: object,
-    fetch_poll_interval: object,
-    poll_only: object,
-    fetch_only_known_kinds: object,
-    retry_policy: object,
-    error_handler: object,
-    middleware: object,
-    hooks: object,
-    job_stuck_threshold: object,
-    thread_workers: object,
-    process_workers: object,
-    periodic_jobs: object = None,
-    completer_pauses: object = None,
-    completer_try_timeout: object = None,
-    maintenance: object = None,
-    leader_election_disabled: object = False,
-    job_timeout_given: bool = False,
-    elect_interval: object = ELECT_INTERVAL_DEFAULT,
-    maintenance_stagger: object = True,
-) -> ClientConfig:
-    """Validate ``open_client``'s options; raise ConfigError naming the first bad one."""
-    if schema is not None and (
-        not isinstance(schema, str) or not _SCHEMA_RE.match(schema) or len(schema) > 46
+def _schema(value: str | None) -> str | None:
+    if value is not None and (
+        not isinstance(value, str) or not _SCHEMA_RE.match(value) or len(value) > 46
     ):
         raise ConfigError(
-            "schema", "must match ^[a-zA-Z_][a-zA-Z0-9_]*$ and be at most 46 characters", schema
+            "schema", "must match ^[a-zA-Z_][a-zA-Z0-9_]*$ and be at most 46 characters", value
         )
-    if not isinstance(id, str) or not id:
-        raise ConfigError("id", "must be a non-empty str", id)
-    if len(id) > 100:
-        raise ConfigError("id", "ID cannot be longer than 100 characters", id)
+    return value
+
+
+def _max_attempts(_inst: object, _attr: object, value: object) -> None:
     if (
-        isinstance(max_attempts, bool)
-        or not isinstance(max_attempts, int)
-        or not (1 <= max_attempts <= 32767)
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or not (1 <= value <= MAX_ATTEMPTS_LIMIT)
     ):
-        raise ConfigError("max_attempts", "must be an int between 1 and 32767", max_attempts)
-
-    for name, value in (
-        ("poll_only", poll_only),
-        ("fetch_only_known_kinds", fetch_only_known_kinds),
-    ):
-        if not isinstance(value, bool):
-            raise ConfigError(name, "must be a bool", value)
-
-    cooldown = seconds(fetch_cooldown, "fetch_cooldown", minimum=FETCH_COOLDOWN_MIN)
-    poll = seconds(fetch_poll_interval, "fetch_poll_interval", minimum=FETCH_COOLDOWN_MIN)
-    assert cooldown is not None
-    assert poll is not None
-    if poll < cooldown:
         raise ConfigError(
-            "fetch_poll_interval", f"cannot be shorter than fetch_cooldown ({cooldown:g}s)", poll
+            "max_attempts", f"must be an int between 1 and {MAX_ATTEMPTS_LIMIT}", value
         )
-    timeout = seconds(job_timeout, "job_timeout", allow_none=True, strictly_positive=True)
-    soft = seconds(soft_stop_timeout, "soft_stop_timeout", allow_none=True)
-    stuck = seconds(job_stuck_threshold, "job_stuck_threshold")
-    assert stuck is not None
 
-    if workers is None:
-        workers = Workers()
-    if not isinstance(workers, Workers):
-        raise ConfigError("workers", f"must be a river_anyio.Workers, not {type(workers).__name__}")
-    if queues is None:
-        queues = {}
-    if not isinstance(queues, Mapping):
-        raise ConfigError("queues", "must be a mapping of queue name to QueueConfig", queues)
-    for name, qc in queues.items():
+
+def _bool(_inst: object, attribute: attrs.Attribute[bool], value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError(attribute.name, "must be a bool", value)
+
+
+def _pool_size(_inst: object, attribute: attrs.Attribute[int], value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
+        raise ConfigError(attribute.name, "must be an int between 1 and 1024", value)
+
+
+def _job_timeout(value: Duration | None) -> float | None:
+    return seconds(value, "job_timeout", allow_none=True, strictly_positive=True)
+
+
+def _soft_stop_timeout(value: Duration | None) -> float | None:
+    return seconds(value, "soft_stop_timeout", allow_none=True)
+
+
+def _fetch_cooldown(value: Duration) -> float:
+    return _required(seconds(value, "fetch_cooldown", minimum=FETCH_COOLDOWN_MIN))
+
+
+def _fetch_poll_interval(value: Duration) -> float:
+    return _required(seconds(value, "fetch_poll_interval", minimum=FETCH_COOLDOWN_MIN))
+
+
+def _job_stuck_threshold(value: Duration) -> float:
+    return _required(seconds(value, "job_stuck_threshold"))
+
+
+def _required(value: float | None) -> float:
+    assert value is not None  # seconds() without allow_none never returns None
+    return value
+
+
+def _queues(value: Mapping[str, QueueConfig] | None) -> dict[str, QueueConfig]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("queues", "must be a mapping of queue name to QueueConfig", value)
+    for name, qc in value.items():
         try:
             validate_queue_name(name, f"queues[{name!r}]")
         except ValidationError as exc:
@@ -371,123 +332,331 @@ def build_config(
             raise ConfigError(
                 f"queues[{name!r}]", f"must be a QueueConfig, not {type(qc).__name__}", qc
             )
-        eff_cool = qc.fetch_cooldown if qc.fetch_cooldown is not None else cooldown
-        eff_poll = qc.fetch_poll_interval if qc.fetch_poll_interval is not None else poll
-        if eff_poll < eff_cool:
-            raise ConfigError(
-                f"queues[{name!r}].fetch_poll_interval",
-                f"cannot be shorter than the queue's fetch_cooldown ({eff_cool:g}s)",
-                eff_poll,
-            )
-    if queues and len(workers) == 0:
-        raise ConfigError(
-            "workers", "queues are configured but no workers are registered: add at least one"
-        )
+    return dict(value)
 
-    if retry_policy is None:
-        retry_policy = DefaultRetryPolicy()
-    _callable_or_none(retry_policy, "retry_policy", "next_retry")
-    _callable_or_none(error_handler, "error_handler", "handle_error")
 
-    def seq(value: object, field: str) -> tuple[Any, ...]:
-        if value is None:
-            return ()
-        if isinstance(value, str | bytes) or not isinstance(value, Sequence):
-            raise ConfigError(field, "must be a list", value)
-        return tuple(value)
+def _workers(value: Workers | None) -> Workers:
+    if value is None:
+        return Workers()
+    if not isinstance(value, Workers):
+        raise ConfigError("workers", f"must be a river_anyio.Workers, not {type(value).__name__}")
+    return value
 
-    mws = seq(middleware, "middleware")
-    for i, mw in enumerate(mws):
+
+def _has_method(value: object, field: str, method: str) -> None:
+    if not callable(getattr(value, method, None)):
+        raise ConfigError(field, f"must be an object with a {method}() method", value)
+
+
+def _retry_policy(value: RetryPolicy | None) -> RetryPolicy:
+    if value is None:
+        return DefaultRetryPolicy()
+    _has_method(value, "retry_policy", "next_retry")
+    return value
+
+
+def _error_handler(_inst: object, _attr: object, value: object) -> None:
+    if value is not None:
+        _has_method(value, "error_handler", "handle_error")
+
+
+def _list(value: object, field: str) -> tuple[Any, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ConfigError(field, "must be a list", value)
+    return tuple(value)
+
+
+def _middleware(value: Sequence[Any] | None) -> tuple[Any, ...]:
+    out = _list(value, "middleware")
+    for i, mw in enumerate(out):
         if not any(callable(getattr(mw, m, None)) for m in ("work", "insert")):
             raise ConfigError(f"middleware[{i}]", "must have a work() and/or insert() method", mw)
-    hks = seq(hooks, "hooks")
-    for i, hook in enumerate(hks):
+    return out
+
+
+def _hooks(value: Sequence[Any] | None) -> tuple[Any, ...]:
+    out = _list(value, "hooks")
+    for i, hook in enumerate(out):
         if not any(
             callable(getattr(hook, m, None)) for m in ("insert_begin", "work_begin", "work_end")
         ):
             raise ConfigError(
                 f"hooks[{i}]", "must have insert_begin(), work_begin() and/or work_end()", hook
             )
-    for name, value in (("thread_workers", thread_workers), ("process_workers", process_workers)):
-        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1024:
-            raise ConfigError(name, "must be an int between 1 and 1024", value)
-    periodic = seq(periodic_jobs, "periodic_jobs")
-    PeriodicJobs(periodic)  # every entry a PeriodicJob, IDs unique: ConfigError naming the entry
-    pauses: tuple[float, ...] | None = None
-    if completer_pauses is not None:
-        if isinstance(completer_pauses, str | bytes) or not isinstance(completer_pauses, Sequence):
-            raise ConfigError(
-                "_completer_pauses", "must be a sequence of seconds", completer_pauses
-            )
-        if not completer_pauses:
-            raise ConfigError("_completer_pauses", "must not be empty", completer_pauses)
-        pauses = tuple(float(seconds(p, "_completer_pauses") or 0.0) for p in completer_pauses)
-    try_timeout = seconds(
-        completer_try_timeout, "_completer_try_timeout", allow_none=True, strictly_positive=True
-    )
+    return out
 
-    if not isinstance(leader_election_disabled, bool):
-        raise ConfigError("leader_election_disabled", "must be a bool", leader_election_disabled)
-    PeriodicJobs(periodic, never_leader=leader_election_disabled)
-    if not isinstance(maintenance_stagger, bool):
-        raise ConfigError("_maintenance_stagger", "must be a bool", maintenance_stagger)
-    if maintenance is None:
-        maint = MaintenanceConfig()
-    elif isinstance(maintenance, MaintenanceConfig):
-        maint = maintenance
-        if leader_election_disabled:
-            warnings.warn(
-                "maintenance settings are ignored: leader_election_disabled=True means this "
-                "client never leads, so it never runs maintenance",
-                UserWarning,
-                stacklevel=2,
+
+def _periodic_jobs(value: Sequence[PeriodicJob] | None) -> tuple[PeriodicJob, ...]:
+    out = _list(value, "periodic_jobs")
+    PeriodicJobs(out)  # every entry a PeriodicJob, IDs unique: ConfigError naming the entry
+    return out
+
+
+def _maintenance(value: MaintenanceConfig | None) -> MaintenanceConfig:
+    if value is None:
+        return MaintenanceConfig()
+    if not isinstance(value, MaintenanceConfig):
+        raise ConfigError("maintenance", f"must be a MaintenanceConfig, not {type(value).__name__}")
+    return value
+
+
+def _driver_options(value: Mapping[str, Any] | None) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
+    if "schema" in value:
+        raise ConfigError("driver_options", "use open_client's schema option, not schema")
+    return dict(value)
+
+
+def _clock(value: Clock | None) -> Clock | None:
+    if value is not None and not callable(getattr(value, "now", None)):
+        raise ConfigError("clock", "must be an object with a now() method", value)
+    return value
+
+
+@attrs.frozen(kw_only=True)
+class Config:
+    """Everything a client is configured with, validated when built; River's defaults.
+
+    Pass it to :func:`open_client` or :func:`run_client`, or give :func:`open_client` the
+    same names as keyword options (they are applied over ``config``). Every invalid value is a
+    :class:`ConfigError` naming its field, raised here, before anything connects. Durations are
+    seconds or :class:`~datetime.timedelta` and read back as float seconds.
+
+    Attributes:
+        queues: ``{name: QueueConfig}``, the queues this client works (``workers`` needed).
+            Without queues the client only inserts and manages jobs, and never leads.
+        workers: The :class:`Workers` that run each job kind.
+        id: This client's ID, at most 100 characters (``None``: host name and start time,
+            made when the client starts).
+        schema: The schema holding River's tables (PostgreSQL), or the attached database
+            (SQLite; attach it with ``driver_options={"attach": {name: path}}``).
+        max_attempts: Attempts of jobs inserted without their own (River's 25).
+        job_timeout: How long an attempt may run unless its worker says otherwise, ``None``
+            for no limit (60 s).
+        soft_stop_timeout: How long a graceful stop lets running jobs finish before they are
+            cancelled (``None``: as long as they take).
+        fetch_cooldown: The shortest time between two fetches of a queue (0.1 s).
+        fetch_poll_interval: How often a queue is fetched without notifications (1 s).
+        poll_only: Poll instead of listening for notifications (False).
+        fetch_only_known_kinds: Claim only jobs of kinds that have a worker here (False: a
+            job of an unknown kind is claimed and fails, as in River).
+        retry_policy: An object with ``next_retry(job_row, now) -> datetime``
+            (:class:`DefaultRetryPolicy`, River's).
+        error_handler: An object with ``handle_error(job_row, exc)`` (may be async), called
+            when an attempt raises; a result with a true ``set_cancelled`` cancels the job.
+        middleware: Objects with ``async insert(params, next)`` and/or
+            ``async work(ctx, job, next)`` methods, outermost first.
+        hooks: Objects with ``insert_begin(params)``, ``work_begin(ctx, job)`` and/or
+            ``work_end(ctx, job, error)`` (sync or async); a hook that raises is logged.
+        job_stuck_threshold: How long a ``run_in="process"`` worker may ignore cancellation
+            before its process is killed (10 s).
+        thread_workers: Threads shared by ``run_in="thread"`` workers (16).
+        process_workers: Child processes shared by ``run_in="process"`` workers (4).
+        periodic_jobs: :class:`PeriodicJob` instances the client inserts while it leads.
+        maintenance: The leader's maintenance services (:class:`MaintenanceConfig`).
+        leader_election_disabled: Never take part in leader elections (False).
+        driver_options: Keyword arguments for the driver opened from a database URL:
+            PostgreSQL's ``pool_max_size``, ``acquire_timeout``, ``connect_timeout``,
+            ``prepare_threshold``; SQLite's ``busy_timeout``, ``attach``.
+        clock: The wall clock rows are stamped with (an object with ``now()``; for tests).
+    """
+
+    queues: Mapping[str, QueueConfig] = attrs.field(factory=dict, converter=_queues)
+    workers: Workers = attrs.field(factory=Workers, converter=_workers)
+    id: str | None = attrs.field(default=None, converter=_id)
+    schema: str | None = attrs.field(default=None, converter=_schema)
+    max_attempts: int = attrs.field(default=MAX_ATTEMPTS_DEFAULT, validator=_max_attempts)
+    job_timeout: float | None = attrs.field(default=JOB_TIMEOUT_DEFAULT, converter=_job_timeout)
+    soft_stop_timeout: float | None = attrs.field(default=None, converter=_soft_stop_timeout)
+    fetch_cooldown: float = attrs.field(default=FETCH_COOLDOWN_DEFAULT, converter=_fetch_cooldown)
+    fetch_poll_interval: float = attrs.field(
+        default=FETCH_POLL_INTERVAL_DEFAULT, converter=_fetch_poll_interval
+    )
+    poll_only: bool = attrs.field(default=False, validator=_bool)
+    fetch_only_known_kinds: bool = attrs.field(default=False, validator=_bool)
+    retry_policy: RetryPolicy = attrs.field(factory=DefaultRetryPolicy, converter=_retry_policy)
+    error_handler: Any = attrs.field(default=None, validator=_error_handler)
+    middleware: tuple[Any, ...] = attrs.field(default=(), converter=_middleware)
+    hooks: tuple[Any, ...] = attrs.field(default=(), converter=_hooks)
+    job_stuck_threshold: float = attrs.field(
+        default=JOB_STUCK_THRESHOLD_DEFAULT, converter=_job_stuck_threshold
+    )
+    thread_workers: int = attrs.field(default=THREAD_WORKERS_DEFAULT, validator=_pool_size)
+    process_workers: int = attrs.field(default=PROCESS_WORKERS_DEFAULT, validator=_pool_size)
+    periodic_jobs: tuple[PeriodicJob, ...] = attrs.field(default=(), converter=_periodic_jobs)
+    maintenance: MaintenanceConfig = attrs.field(factory=MaintenanceConfig, converter=_maintenance)
+    leader_election_disabled: bool = attrs.field(default=False, validator=_bool)
+    driver_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_driver_options)
+    clock: Clock | None = attrs.field(default=None, converter=_clock)
+
+    def __attrs_post_init__(self) -> None:
+        cooldown, poll = self.fetch_cooldown, self.fetch_poll_interval
+        if poll < cooldown:
+            raise ConfigError(
+                "fetch_poll_interval",
+                f"cannot be shorter than fetch_cooldown ({cooldown:g}s)",
+                poll,
             )
-    else:
-        raise ConfigError(
-            "maintenance", f"must be a MaintenanceConfig, not {type(maintenance).__name__}"
-        )
-    if maint.rescue_after is not None:
-        rescue_after = maint.rescue_after
-        if timeout is not None and rescue_after < timeout:
+        for name in self.queues:
+            eff_cool, eff_poll = self.queue_cooldown(name), self.queue_poll_interval(name)
+            if eff_poll < eff_cool:
+                raise ConfigError(
+                    f"queues[{name!r}].fetch_poll_interval",
+                    f"cannot be shorter than the queue's fetch_cooldown ({eff_cool:g}s)",
+                    eff_poll,
+                )
+        if self.queues and len(self.workers) == 0:
+            raise ConfigError(
+                "workers", "queues are configured but no workers are registered: add at least one"
+            )
+        PeriodicJobs(self.periodic_jobs, never_leader=self.leader_election_disabled)
+        rescue_after = self.maintenance.rescue_after
+        timeout = self.job_timeout
+        if rescue_after is not None and timeout is not None and rescue_after < timeout:
             raise ConfigError(
                 "maintenance.rescue_after",
                 f"cannot be less than job_timeout ({timeout:g}s)",
                 rescue_after,
             )
-    else:
-        # River: one hour, or the job timeout plus one hour when a job timeout was given
-        rescue_after = HOUR + (timeout if job_timeout_given and timeout is not None else 0.0)
-    elect = seconds(elect_interval, "_elect_interval", strictly_positive=True)
-    assert elect is not None
 
-    return ClientConfig(
-        id=id,
-        schema=schema,
-        max_attempts=max_attempts,
-        queues=dict(queues),
-        workers=workers,
-        job_timeout=timeout,
-        soft_stop_timeout=soft,
-        fetch_cooldown=cooldown,
-        fetch_poll_interval=poll,
-        poll_only=poll_only,  # type: ignore[arg-type]
-        fetch_only_known_kinds=fetch_only_known_kinds,  # type: ignore[arg-type]
-        retry_policy=retry_policy,  # type: ignore[arg-type]
-        error_handler=error_handler,
-        middleware=mws,
-        hooks=hks,
-        job_stuck_threshold=stuck,
-        thread_workers=thread_workers,  # type: ignore[arg-type]
-        process_workers=process_workers,  # type: ignore[arg-type]
-        periodic_jobs=periodic,
-        completer_pauses=pauses,
-        completer_try_timeout=try_timeout,
-        maintenance=maint,
-        leader_election_disabled=leader_election_disabled,
-        rescue_after=rescue_after,
-        elect_interval=elect,
-        maintenance_stagger=maintenance_stagger,
+    def queue_cooldown(self, name: str) -> float:
+        """The fetch cooldown of queue ``name``: its own, else the client's."""
+        q = self.queues[name]
+        return q.fetch_cooldown if q.fetch_cooldown is not None else self.fetch_cooldown
+
+    def queue_poll_interval(self, name: str) -> float:
+        """The fetch poll interval of queue ``name``: its own, else the client's."""
+        q = self.queues[name]
+        return (
+            q.fetch_poll_interval if q.fetch_poll_interval is not None else self.fetch_poll_interval
+        )
+
+    @property
+    def rescue_after(self) -> float:
+        """``maintenance.rescue_after`` resolved: as given, else River's default of one hour,
+        plus ``job_timeout`` when that is longer than the default minute."""
+        if self.maintenance.rescue_after is not None:
+            return self.maintenance.rescue_after
+        timeout = self.job_timeout
+        long = timeout is not None and timeout > JOB_TIMEOUT_DEFAULT
+        return HOUR + (timeout if long and timeout is not None else 0.0)
+
+    def unused_settings_warning(self) -> str | None:
+        """Why some of these settings would have no effect, if they would not."""
+        if self.leader_election_disabled and self.maintenance != MaintenanceConfig():
+            return (
+                "maintenance settings are ignored: leader_election_disabled=True means this "
+                "client never leads, so it never runs maintenance"
+            )
+        return None
+
+
+class ConfigOptions(TypedDict, total=False):
+    """:class:`Config`'s fields as keyword options of :func:`open_client` (each typed as
+    :class:`Config` accepts it; a test keeps the two in step)."""
+
+    queues: Mapping[str, QueueConfig] | None
+    workers: Workers | None
+    id: str | None
+    schema: str | None
+    max_attempts: int
+    job_timeout: Duration | None
+    soft_stop_timeout: Duration | None
+    fetch_cooldown: Duration
+    fetch_poll_interval: Duration
+    poll_only: bool
+    fetch_only_known_kinds: bool
+    retry_policy: RetryPolicy | None
+    error_handler: Any
+    middleware: Sequence[Any] | None
+    hooks: Sequence[Any] | None
+    job_stuck_threshold: Duration
+    thread_workers: int
+    process_workers: int
+    periodic_jobs: Sequence[PeriodicJob] | None
+    maintenance: MaintenanceConfig | None
+    leader_election_disabled: bool
+    driver_options: Mapping[str, Any] | None
+    clock: Clock | None
+
+
+#: The option names :func:`open_client` takes (unknown ones are a ConfigError at run time too,
+#: for callers that are not type-checked).
+CONFIG_OPTIONS = ConfigOptions.__optional_keys__
+
+
+# --- what reaches the run: a Config, its ID resolved, plus private tuning for tests ----------------
+
+
+def _client_id(value: str | None) -> str:
+    from ._client import default_client_id  # _client imports this module
+
+    resolved = _id(value)
+    return default_client_id() if resolved is None else resolved
+
+
+def _completer_pauses(value: Sequence[Duration] | None) -> tuple[float, ...] | None:
+    if value is None:
+        return None
+    if isinstance(value, str | bytes) or not isinstance(value, Sequence):
+        raise ConfigError("_completer_pauses", "must be a sequence of seconds", value)
+    if not value:
+        raise ConfigError("_completer_pauses", "must not be empty", value)
+    return tuple(_required(seconds(p, "_completer_pauses")) for p in value)
+
+
+def _completer_try_timeout(value: Duration | None) -> float | None:
+    return seconds(value, "_completer_try_timeout", allow_none=True, strictly_positive=True)
+
+
+def _elect_interval(value: Duration) -> float:
+    return _required(seconds(value, "_elect_interval", strictly_positive=True))
+
+
+def _maintenance_stagger(_inst: object, _attr: object, value: object) -> None:
+    if not isinstance(value, bool):
+        raise ConfigError("_maintenance_stagger", "must be a bool", value)
+
+
+@attrs.frozen(kw_only=True)
+class ClientConfig(Config):
+    """The configuration a client run reads: a :class:`Config` with its ``id`` resolved
+    (River's default when none was given), and timings only tests change.
+
+    Private: tests pass one as ``open_client(url, ClientConfig(elect_interval=0.2), ...)``;
+    everyone else passes a :class:`Config`, which :func:`client_config` turns into one with
+    the tuning at River's values.
+    """
+
+    id: str = attrs.field(default=None, converter=_client_id)
+    #: The completer's pauses between write tries and its per-try timeout; ``None`` keeps
+    #: River's 1 s/2 s/4 s and 10 s.
+    completer_pauses: tuple[float, ...] | None = attrs.field(
+        default=None, converter=_completer_pauses
     )
+    completer_try_timeout: float | None = attrs.field(
+        default=None, converter=_completer_try_timeout
+    )
+    #: River's 5 s; the leadership TTL and the followers' jitter scale with it.
+    elect_interval: float = attrs.field(default=ELECT_INTERVAL_DEFAULT, converter=_elect_interval)
+    #: River's TestOnly switch: each maintenance service waits a random 0–1 s before it
+    #: starts unless this is False.
+    maintenance_stagger: bool = attrs.field(default=True, validator=_maintenance_stagger)
 
 
-__all__ += ["JOB_TIMEOUT_DEFAULT", "MAX_ATTEMPTS_DEFAULT", "build_config", "seconds"]
+def client_config(config: Config | None, options: Mapping[str, Any]) -> ClientConfig:
+    """The configuration a run reads: ``config``'s fields (``Config()``'s when it is None)
+    with ``options`` applied over them, built once. With no config, that one construction is
+    the only validation; a caller's Config was validated when it was built, and is checked
+    again here with the options applied (the checks are pure, and cost microseconds)."""
+    if isinstance(config, ClientConfig):
+        return attrs.evolve(config, **options) if options else config
+    fields: dict[str, Any] = {}
+    if config is not None:
+        fields = {f.name: getattr(config, f.name) for f in attrs.fields(Config)}
+    return ClientConfig(**{**fields, **options})

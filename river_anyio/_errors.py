@@ -10,6 +10,7 @@ Every error the library raises on purpose derives from :class:`RiverError`::
     ├── JobRunningError                       the job is running (River's ErrJobRunning)
     ├── ResumableStepError (also RuntimeError) resumable steps misused (river_anyio._resumable)
     ├── MigrationError                        a migration cannot run or the schema is not current
+    ├── ClientCrashedError                    a running client's internal service failed
     └── DatabaseError                         the database failed; translated driver errors
         ├── ConnectionLostError               the connection dropped or could not be opened (transient)
         ├── PoolTimeoutError                  no pooled connection became free in time (transient)
@@ -72,6 +73,14 @@ class JobRunningError(RiverError):
 
 class MigrationError(RiverError):
     """A migration could not be applied, or the requested change is not possible."""
+
+
+class ClientCrashedError(RiverError):
+    """An internal service of a running client failed; the run was stopped and cleaned up.
+
+    Raised by :func:`~river_anyio.open_client` and :func:`~river_anyio.run_client` alike. The
+    failures are in ``__cause__``, an exception group (match it with ``pytest.RaisesGroup``).
+    """
 
 
 class DatabaseError(RiverError):

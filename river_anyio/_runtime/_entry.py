@@ -1,85 +1,49 @@
-"""The entry points: ``open_client`` and ``run_client``, the options they take, and the
-exception policy at the ``open_client`` boundary (the run itself is in ``_supervisor``)."""
+"""The entry points: ``open_client`` and ``run_client``, and the exception policy at their
+boundary (the run itself is in ``_supervisor``).
+
+Both take a database and a :class:`~river_anyio.Config`; ``open_client`` also takes the
+config's fields as typed keyword options. Everything is checked once, in :func:`prepare`,
+before anything connects: the configuration, the database argument (a URL's dialect is
+resolved here, once, and its driver options checked against that driver) and the warnings
+about settings that would have no effect.
+
+Exceptions leaving either entry point (``docs/discussion/shutdown-and-cancellation.md``):
+
+====================================================  ===========================================
+What happened                                         What is raised
+====================================================  ===========================================
+bad configuration or database argument                :class:`ConfigError`, before anything opens
+the start fails (database unreachable, a queue ...)   that exception itself, not a group
+an internal service fails while running               :class:`ClientCrashedError`, the group as
+                                                      ``__cause__``
+the ``open_client`` body raises                       the body's exception unchanged (internal
+                                                      failures, if any, as its ``__context__``)
+cancellation, ``KeyboardInterrupt``, ``SystemExit``   propagated as themselves, never wrapped
+====================================================  ===========================================
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
+import warnings
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
+import attrs
 from anyio.abc import TaskStatus
 
-from .._client import Client, default_client_id
-from .._config import ELECT_INTERVAL_DEFAULT, ClientConfig, build_config
-from .._errors import ConfigError
+from .._client import Client
+from .._config import CONFIG_OPTIONS, ClientConfig, Config, ConfigOptions, client_config
+from .._errors import ClientCrashedError, ConfigError
 from .._events import EventHub
-from .._job import MAX_ATTEMPTS_DEFAULT
-from .._work import UNSET
-from ..drivers import Driver, dialect_of_url, open_driver
+from ..drivers import Dialect, Driver, dialect_of_url, open_dialect_driver
 from ._clock import SystemClock
-from ._supervisor import ClientCrashedError, ClientRun, _leaves
+from ._supervisor import ClientRun
 
 __all__ = ["open_client", "run_client"]
-
-
-def _config_from(database: object, options: dict[str, Any]) -> ClientConfig:
-    opts = dict(options)
-    client_id = opts.pop("id", None)
-    if client_id is None:
-        client_id = default_client_id()
-    defaults: dict[str, Any] = {
-        "schema": None,
-        "max_attempts": MAX_ATTEMPTS_DEFAULT,
-        "queues": None,
-        "workers": None,
-        "job_timeout": 60.0,
-        "soft_stop_timeout": None,
-        "fetch_cooldown": 0.1,
-        "fetch_poll_interval": 1.0,
-        "poll_only": False,
-        "fetch_only_known_kinds": False,
-        "retry_policy": None,
-        "error_handler": None,
-        "middleware": None,
-        "hooks": None,
-        "job_stuck_threshold": 10.0,
-        "thread_workers": 16,
-        "process_workers": 4,
-        "periodic_jobs": None,
-        # private, for tests: shorter completer retry timings (validated like the rest)
-        "_completer_pauses": None,
-        "_completer_try_timeout": None,
-        # leadership and maintenance (private ones for tests: a short election interval;
-        # no random stagger before each maintenance service starts)
-        "maintenance": None,
-        "leader_election_disabled": False,
-        "_elect_interval": ELECT_INTERVAL_DEFAULT,
-        "_maintenance_stagger": True,
-    }
-    unknown = set(opts) - set(defaults) - {"driver_options", "clock"}
-    if unknown:
-        raise ConfigError(sorted(unknown)[0], "is not an open_client option")
-    if isinstance(database, str):
-        dialect_of_url(database)
-    elif not all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
-        raise ConfigError(
-            "database", f"must be a database URL or a driver, not {type(database).__name__}"
-        )
-    driver_options = opts.get("driver_options")
-    if driver_options is not None and not isinstance(driver_options, dict):
-        raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
-    if driver_options and isinstance(database, str):
-        _check_driver_options(database, driver_options)
-    clock = opts.get("clock")
-    if clock is not None and not callable(getattr(clock, "now", None)):
-        raise ConfigError("clock", "must be an object with a now() method", clock)
-    kw = {k.lstrip("_"): opts.get(k, v) for k, v in defaults.items()}
-    job_timeout_given = opts.get("job_timeout", UNSET) is not UNSET
-    if kw["job_timeout"] is UNSET:
-        kw["job_timeout"] = 60.0
-    return build_config(id=client_id, job_timeout_given=job_timeout_given, **kw)
-
 
 #: The keyword options of ``open_postgres``/``open_sqlite`` (a test keeps them in step). Not
 #: read from their signatures: importing a driver (psycopg finds libpq) blocks the loop.
@@ -91,13 +55,54 @@ DRIVER_OPTIONS = {
 }
 
 
-def _check_driver_options(url: str, driver_options: dict[str, Any]) -> None:
+@attrs.frozen(kw_only=True)
+class Prepared:
+    """A client ready to start: its configuration as the run reads it and its database,
+    both checked. ``url`` is set (with its ``dialect``) when the database is a URL,
+    ``driver`` when the caller brought a driver."""
+
+    config: ClientConfig
+    dialect: Dialect
+    url: str | None = None
+    driver: Driver | None = None
+
+
+def prepare(
+    database: str | Driver, config: Config | None = None, options: ConfigOptions | None = None
+) -> Prepared:
+    """Check everything a client start needs, once: ``options`` applied over ``config``, the
+    database argument, and the settings that would have no effect (a warning)."""
+    if config is not None and not isinstance(config, Config):
+        raise ConfigError("config", f"must be a river_anyio.Config, not {type(config).__name__}")
+    opts: dict[str, Any] = dict(options or {})
+    unknown = sorted(set(opts) - CONFIG_OPTIONS)
+    if unknown:
+        raise ConfigError(unknown[0], "is not an open_client option")
+    run_config = client_config(config, opts)
+    if isinstance(database, str):
+        dialect = dialect_of_url(database)
+        _check_driver_options(dialect, run_config.driver_options)
+        prepared = Prepared(config=run_config, dialect=dialect, url=database)
+    elif all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
+        if run_config.driver_options:
+            raise ConfigError("driver_options", "only applies when opening a database from a URL")
+        if run_config.schema is not None and database.schema != run_config.schema:
+            raise ConfigError("schema", f"conflicts with the driver's schema {database.schema!r}")
+        prepared = Prepared(config=run_config, dialect=database.dialect, driver=database)
+    else:
+        raise ConfigError(
+            "database", f"must be a database URL or a driver, not {type(database).__name__}"
+        )
+    message = run_config.unused_settings_warning()
+    if message is not None:
+        warnings.warn(message, UserWarning, stacklevel=_caller_stacklevel())
+    return prepared
+
+
+def _check_driver_options(dialect: Dialect, driver_options: Any) -> None:
     """Unknown driver option names are configuration errors, not a TypeError at start."""
-    dialect = dialect_of_url(url)
     known = DRIVER_OPTIONS[dialect]
     for name in driver_options:
-        if name == "schema":
-            raise ConfigError("driver_options", "use open_client's schema option, not schema")
         if name not in known:
             raise ConfigError(
                 "driver_options",
@@ -107,47 +112,44 @@ def _check_driver_options(url: str, driver_options: dict[str, Any]) -> None:
             )
 
 
+#: Frames in these files are skipped when a warning looks for its caller's line (computed at
+#: import: path functions are blocking calls on the event loop).
+_OWN_FILES = (
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,
+    os.path.abspath(contextlib.__file__),
+)
+
+
+def _caller_stacklevel() -> int:
+    """The stacklevel of the first frame outside river_anyio and contextlib, so that a
+    warning points at the caller's ``open_client``/``run_client`` line."""
+    skip = _OWN_FILES
+    frame = sys._getframe(1)
+    level = 1
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(skip):
+        frame = frame.f_back
+        level += 1
+    return level
+
+
 @contextlib.asynccontextmanager
-async def _driver_for(
-    database: str | Driver, config: ClientConfig, driver_options: dict[str, Any] | None
-) -> AsyncIterator[Driver]:
-    if isinstance(database, str):
-        async with open_driver(database, schema=config.schema, **(driver_options or {})) as d:
-            yield d
+async def _driver_for(prepared: Prepared) -> AsyncIterator[Driver]:
+    if prepared.driver is not None:
+        yield prepared.driver
         return
-    if not all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
-        raise ConfigError(
-            "database", f"must be a database URL or a driver, not {type(database).__name__}"
-        )
-    if driver_options:
-        raise ConfigError("driver_options", "only applies when opening a database from a URL")
-    if config.schema is not None and database.schema != config.schema:
-        raise ConfigError("schema", f"conflicts with the driver's schema {database.schema!r}")
-    yield database
+    assert prepared.url is not None
+    config = prepared.config
+    async with open_dialect_driver(
+        prepared.dialect, prepared.url, schema=config.schema, **config.driver_options
+    ) as driver:
+        yield driver
 
 
-async def run_client(
-    database: str | Driver,
-    *,
-    task_status: TaskStatus[ClientRun] = anyio.TASK_STATUS_IGNORED,
-    **options: Any,
-) -> None:
-    """Run a client until it is stopped, in a task group the caller brings::
-
-        run = await tg.start(functools.partial(river_anyio.run_client, url, queues=..., workers=...))
-        ...
-        run.stop()
-
-    (``TaskGroup.start`` passes no keyword arguments, hence ``functools.partial``.) Cancelling
-    the caller's scope is a hard stop: running jobs are interrupted and written back.
-    """
-    config = _config_from(database, options)
-    driver_options = options.get("driver_options")
-    if driver_options is not None and not isinstance(driver_options, dict):
-        raise ConfigError("driver_options", "must be a dict of driver keyword arguments")
-    clock = options.get("clock") or SystemClock()
-    events = EventHub()
-    async with _driver_for(database, config, driver_options) as driver:
+async def run_prepared(prepared: Prepared, *, task_status: TaskStatus[ClientRun]) -> None:
+    """Open the driver (unless the caller brought one) and run the client on it. Exceptions
+    leave as the run raised them; the entry points apply the policy."""
+    config = prepared.config
+    async with _driver_for(prepared) as driver:
         client = Client(
             driver,
             id=config.id,
@@ -157,66 +159,134 @@ async def run_client(
             periodic_jobs=config.periodic_jobs,
             never_leader=config.leader_election_disabled,
         )
-        run = ClientRun(client, config, events)
-        await run._run(driver, clock, task_status=task_status)
+        run = ClientRun(client, config, EventHub())
+        await run._run(driver, config.clock or SystemClock(), task_status=task_status)
 
 
-@contextlib.asynccontextmanager
-async def open_client(database: str | Driver, **options: Any) -> AsyncIterator[ClientRun]:
+# --- the exception policy -------------------------------------------------------------------
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for e in exc.exceptions:
+            out.extend(_leaves(e))
+        return out
+    return [exc]
+
+
+def _internal_failures(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:
+    cancelled = anyio.get_cancelled_exc_class()
+    return [e for e in _leaves(group) if not isinstance(e, cancelled)]
+
+
+def _outcome(group: BaseExceptionGroup[BaseException], *, started: bool) -> BaseException | None:
+    """What an entry point raises for a group from the run with no body exception involved:
+    ``None`` to re-raise the group as it is (only cancellations), a leaf to raise as itself
+    (``KeyboardInterrupt``/``SystemExit``; the one failure of a start), or a
+    :class:`ClientCrashedError` to raise from the group."""
+    real = _internal_failures(group)
+    fatal = [e for e in real if isinstance(e, KeyboardInterrupt | SystemExit)]
+    if fatal:
+        return fatal[0]
+    if not real:
+        return None
+    if not started and len(real) == 1:
+        return real[0]
+    return ClientCrashedError(f"a river_anyio service failed: {type(real[0]).__name__}: {real[0]}")
+
+
+class _RecordingStatus(TaskStatus[ClientRun]):
+    """The caller's task status, remembering whether the run has started."""
+
+    def __init__(self, inner: TaskStatus[ClientRun]) -> None:
+        self._inner = inner
+        self.started_run = False
+
+    def started(self, value: ClientRun | None = None) -> None:
+        self._inner.started(value)  # type: ignore[arg-type]
+        self.started_run = True
+
+
+async def run_client(
+    database: str | Driver,
+    config: Config | None = None,
+    *,
+    task_status: TaskStatus[ClientRun] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    """Run a client until it is stopped, in a task group the caller brings::
+
+        config = river_anyio.Config(queues=..., workers=...)
+        run = await tg.start(river_anyio.run_client, url, config)
+        ...
+        run.stop()
+
+    ``config`` defaults to ``Config()`` (a client that only inserts). Cancelling the
+    caller's scope is a hard stop: running jobs are interrupted and written back.
+
+    Raises:
+        ConfigError: The database argument or driver options are invalid (before anything
+            connects).
+        ClientCrashedError: An internal service failed after the start; the run was stopped
+            and cleaned up. The exception group is its ``__cause__``.
+        Exception: A failed start raises its own exception (not a group), for example
+            :class:`ConnectionLostError` when the database cannot be reached.
+    """
+    prepared = prepare(database, config)
+    status = _RecordingStatus(task_status)
+    to_raise: BaseException | None = None
+    try:
+        await run_prepared(prepared, task_status=status)
+    except BaseExceptionGroup as group:
+        to_raise = _outcome(group, started=status.started_run)
+        if to_raise is None:
+            raise
+        if isinstance(to_raise, ClientCrashedError):
+            raise to_raise from group
+    if to_raise is not None:
+        raise to_raise  # outside the handler: its own __cause__ and __context__ stay
+
+
+def open_client(
+    database: str | Driver, config: Config | None = None, **options: Unpack[ConfigOptions]
+) -> contextlib.AbstractAsyncContextManager[ClientRun]:
     """Open a client; with ``queues`` and ``workers`` it also works jobs until the block ends.
+
+    ``config`` is a :class:`Config`; ``options`` are its fields as keywords, applied over it
+    (or over ``Config()``): ``open_client(url, queues=..., workers=...)``. Everything is
+    validated before anything connects.
 
     Leaving the block normally is a graceful stop bounded by ``soft_stop_timeout``; leaving it
     with an exception is a stop-and-cancel, after which the exception propagates unchanged.
-    Every option is validated before anything connects (:class:`ConfigError` naming it).
 
     Args:
         database: A database URL (``postgresql://…``, ``postgres://…`` or ``sqlite:///path``)
             or a driver opened by the caller (:mod:`river_anyio.drivers`).
+        config: The client's configuration (default ``Config()``).
+        options: Any :class:`Config` field, overriding ``config``'s.
 
-    Keyword Args:
-        queues: ``{name: QueueConfig}``, the queues this client works (``workers`` needed).
-            Without queues the client only inserts and manages jobs, and never leads.
-        workers: The :class:`Workers` that run each job kind.
-        id: This client's ID, at most 100 characters (default: host name and start time).
-        schema: The schema holding River's tables (PostgreSQL), or the attached database
-            (SQLite; attach it with ``driver_options={"attach": {name: path}}``).
-        max_attempts: Attempts of jobs inserted without their own (River's 25).
-        job_timeout: How long an attempt may run unless its worker says otherwise: seconds or
-            a timedelta, ``None`` for no limit (default 60 s).
-        soft_stop_timeout: How long a graceful stop lets running jobs finish before they are
-            cancelled (default ``None``: as long as they take).
-        fetch_cooldown: The shortest time between two fetches of a queue (0.1 s).
-        fetch_poll_interval: How often a queue is fetched without notifications (1 s).
-        poll_only: Poll instead of listening for notifications (default False).
-        fetch_only_known_kinds: Claim only jobs of kinds that have a worker here (default
-            False: a job of an unknown kind is claimed and fails, as in River).
-        retry_policy: An object with ``next_retry(job_row, now) -> datetime`` (default
-            :class:`DefaultRetryPolicy`, River's).
-        error_handler: An object with ``handle_error(job_row, exc)`` (may be async), called
-            when an attempt raises; a result with a true ``set_cancelled`` cancels the job.
-        middleware: Objects with ``async insert(params, next)`` and/or
-            ``async work(ctx, job, next)`` methods, outermost first.
-        hooks: Objects with ``insert_begin(params)``, ``work_begin(ctx, job)`` and/or
-            ``work_end(ctx, job, error)`` (sync or async); a hook that raises is logged.
-        job_stuck_threshold: How long a ``run_in="process"`` worker may ignore cancellation
-            before its process is killed (10 s).
-        thread_workers: Threads shared by ``run_in="thread"`` workers (16).
-        process_workers: Child processes shared by ``run_in="process"`` workers (4).
-        periodic_jobs: :class:`PeriodicJob` instances the client inserts while it leads.
-        maintenance: A :class:`MaintenanceConfig` for the leader's maintenance services.
-        leader_election_disabled: Never take part in leader elections (default False).
-        driver_options: Keyword arguments for the driver opened from the URL: PostgreSQL's
-            ``pool_max_size``, ``acquire_timeout``, ``connect_timeout``,
-            ``prepare_threshold``; SQLite's ``busy_timeout``, ``attach``.
+    Raises:
+        ConfigError: An option, the database argument or a driver option is invalid, or an
+            option name is unknown: raised by the call itself, before anything connects.
+        ClientCrashedError: An internal service failed; the run was stopped and cleaned up.
+            The exception group is its ``__cause__``.
+        Exception: The body's own exception, unchanged (an internal failure at the same time
+            is attached as its ``__context__``); or, when the start fails, that exception
+            itself, not a group.
     """
-    config = _config_from(database, options)  # validate before anything connects
+    return open_prepared(prepare(database, config, options))
+
+
+@contextlib.asynccontextmanager
+async def open_prepared(prepared: Prepared) -> AsyncIterator[ClientRun]:
+    """:func:`open_client` for a client :func:`prepare` has checked."""
+    cancelled = anyio.get_cancelled_exc_class()
     user_exc: BaseException | None = None
     started = False
-    cancelled = anyio.get_cancelled_exc_class()
-    reraise: BaseException | None = None
+    to_raise: BaseException | None = None
     try:
         async with anyio.create_task_group() as tg:
-            run: ClientRun = await tg.start(_run_client_task, database, options)
+            run: ClientRun = await tg.start(run_prepared, prepared, name="river client")
             started = True
             try:
                 yield run
@@ -225,32 +295,20 @@ async def open_client(database: str | Driver, **options: Any) -> AsyncIterator[C
                     user_exc = exc
                 run.stop_and_cancel()
                 raise
-            run.stop(config.soft_stop_timeout)
+            run.stop(prepared.config.soft_stop_timeout)
     except BaseExceptionGroup as group:
-        real = [e for e in _leaves(group) if not isinstance(e, cancelled)]
-        fatal = [e for e in real if isinstance(e, KeyboardInterrupt | SystemExit)]
         if user_exc is not None:
-            internal = [e for e in real if e is not user_exc]
+            internal = [e for e in _internal_failures(group) if e is not user_exc]
             if internal:
                 user_exc.__context__ = BaseExceptionGroup("river_anyio internal errors", internal)
-            # raised below, outside this handler, so its __cause__, __context__ and
-            # __suppress_context__ stay exactly as the body left them
-            reraise = user_exc
-        elif fatal:
-            raise fatal[0] from None
-        elif not real:
-            raise
-        elif not started and len(real) == 1:
-            raise real[0] from None  # a start-up failure is raised as itself
+            to_raise = user_exc
         else:
-            raise ClientCrashedError(
-                f"a river_anyio service failed: {type(real[0]).__name__}: {real[0]}"
-            ) from group
-    if reraise is not None:
-        raise reraise
-
-
-async def _run_client_task(
-    database: str | Driver, options: dict[str, Any], *, task_status: TaskStatus[ClientRun]
-) -> None:
-    await run_client(database, task_status=task_status, **options)
+            to_raise = _outcome(group, started=started)
+            if to_raise is None:
+                raise
+            if isinstance(to_raise, ClientCrashedError):
+                raise to_raise from group
+    if to_raise is not None:
+        # raised outside the handler, so its __cause__, __context__ and
+        # __suppress_context__ stay exactly as they were
+        raise to_raise

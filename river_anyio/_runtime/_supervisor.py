@@ -44,7 +44,7 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from .._client import Client
 from .._config import ClientConfig, QueueConfig
-from .._errors import ConfigError, NotFoundError, RiverError, ValidationError
+from .._errors import ClientCrashedError, ConfigError, NotFoundError, ValidationError
 from .._events import EventHub, EventKind, Subscription
 from .._logging import client_extra, queue_extra
 from ..drivers import Driver
@@ -69,13 +69,6 @@ from ._util import STOP_AND_CANCEL_REASON
 __all__ = ["ClientCrashedError", "ClientRun", "Diagnostics", "leader_services"]
 
 logger = logging.getLogger("river_anyio.client")
-
-
-class ClientCrashedError(RiverError):
-    """An internal service of a running client failed; the run was stopped and cleaned up.
-
-    The failures are in ``__cause__`` (an exception group).
-    """
 
 
 @attrs.frozen(kw_only=True)

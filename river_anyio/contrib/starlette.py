@@ -3,6 +3,7 @@
 ::
 
     river = river_lifespan("postgresql://...", queues={...}, workers=workers)
+    # or river_lifespan("postgresql://...", river_anyio.Config(queues={...}, workers=workers))
     app = Starlette(routes=routes, lifespan=river)
 
     async def signup(request):
@@ -29,13 +30,14 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any
+from typing import Any, Unpack
 
 import anyio
 
-from .._errors import ConfigError
-from .._runtime._entry import _config_from, open_client
-from .._runtime._supervisor import ClientCrashedError, ClientRun
+from .._config import Config, ConfigOptions
+from .._errors import ClientCrashedError, ConfigError
+from .._runtime._entry import open_prepared, prepare
+from .._runtime._supervisor import ClientRun
 from ..drivers import Driver
 
 __all__ = ["RiverLifespan", "river_lifespan"]
@@ -51,18 +53,18 @@ class RiverLifespan:
     def __init__(
         self,
         database: str | Driver,
+        config: Config | None = None,
         *,
         lifespan: Lifespan | None = None,
         state_key: str = "river",
-        **options: Any,
+        **options: Unpack[ConfigOptions],
     ) -> None:
-        _config_from(database, options)  # bad options fail here, not when the app starts
+        # checked once, here: bad options fail when the app is built, not when it starts
+        self._prepared = prepare(database, config, options)
         if lifespan is not None and not callable(lifespan):
             raise ConfigError("lifespan", "must be a lifespan callable: lifespan(app)", lifespan)
         if not isinstance(state_key, str) or not state_key.isidentifier():
             raise ConfigError("state_key", "must be a Python identifier", state_key)
-        self._database = database
-        self._options = options
         self._inner = lifespan
         self._key = state_key
         #: The running client while the app runs, else None.
@@ -80,7 +82,7 @@ class RiverLifespan:
             raise RuntimeError("this RiverLifespan is already running an app")
         self.crash = None
         try:
-            async with open_client(self._database, **self._options) as run:
+            async with open_prepared(self._prepared) as run:
                 self.run = run
                 app_state = getattr(app, "state", None)
                 if app_state is not None:
@@ -139,11 +141,12 @@ class RiverLifespan:
 
 def river_lifespan(
     database: str | Driver,
+    config: Config | None = None,
     *,
     lifespan: Lifespan | None = None,
     state_key: str = "river",
-    **options: Any,
+    **options: Unpack[ConfigOptions],
 ) -> RiverLifespan:
-    """A Starlette lifespan running an ``open_client(database, **options)`` client while the
-    app runs, as ``request.state.<state_key>`` and ``app.state.<state_key>``."""
-    return RiverLifespan(database, lifespan=lifespan, state_key=state_key, **options)
+    """A Starlette lifespan running an ``open_client(database, config, **options)`` client
+    while the app runs, as ``request.state.<state_key>`` and ``app.state.<state_key>``."""
+    return RiverLifespan(database, config, lifespan=lifespan, state_key=state_key, **options)

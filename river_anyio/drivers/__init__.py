@@ -131,7 +131,17 @@ async def open_driver(
     url: str, *, schema: str | None = None, **options: Any
 ) -> AsyncIterator[Driver]:
     """Open the driver a URL names; ``options`` go to ``open_postgres``/``open_sqlite``."""
-    dialect = dialect_of_url(url)
+    async with open_dialect_driver(dialect_of_url(url), url, schema=schema, **options) as driver:
+        yield driver
+
+
+@contextlib.asynccontextmanager
+async def open_dialect_driver(
+    dialect: Dialect, url: str, *, schema: str | None = None, **options: Any
+) -> AsyncIterator[Driver]:
+    """:func:`open_driver` for a URL whose dialect the caller has already resolved with
+    :func:`dialect_of_url` (``open_client`` resolves it once, where its options are checked).
+    Internal: not part of the drivers' public surface."""
     backend = await _backend(dialect)
     opener = backend.open_postgres if dialect == "postgres" else backend.open_sqlite
     async with opener(url, schema=schema, **options) as driver:

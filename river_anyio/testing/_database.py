@@ -8,11 +8,12 @@ import secrets
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
-from typing import Any
+from typing import Unpack
 
 import anyio
 import attrs
 
+from .._config import Config, ConfigOptions
 from .._runtime._entry import open_client
 from .._runtime._supervisor import ClientRun
 from ..drivers import dialect_of_url, open_driver
@@ -33,11 +34,14 @@ class MigratedDatabase:
     url: str
     schema: str | None = None
 
-    def open_client(self, **options: Any) -> AbstractAsyncContextManager[ClientRun]:
-        """``open_client`` on this database (``schema`` filled in)."""
-        if self.schema is not None:
-            options.setdefault("schema", self.schema)
-        return open_client(self.url, **options)
+    def open_client(
+        self, config: Config | None = None, **options: Unpack[ConfigOptions]
+    ) -> AbstractAsyncContextManager[ClientRun]:
+        """``open_client`` on this database (``schema`` filled in unless given)."""
+        given = "schema" in options or (config is not None and config.schema is not None)
+        if self.schema is not None and not given:
+            options["schema"] = self.schema
+        return open_client(self.url, config, **options)
 
 
 async def _migrate(url: str, schema: str | None) -> None:

@@ -13,7 +13,7 @@ import anyio
 import attrs
 
 from .._client import Client
-from .._config import JOB_TIMEOUT_DEFAULT, ClientConfig, build_config
+from .._config import ClientConfig
 from .._errors import ConfigError
 from .._events import EventKind
 from .._insert import args_kind, build_insert_params
@@ -218,20 +218,24 @@ def _config(
     *,
     id: str,
     workers: Workers,
-    job_timeout: object,
-    middleware: object,
-    hooks: object,
-    retry_policy: object,
-    error_handler: object,
+    job_timeout: Any,
+    middleware: Any,
+    hooks: Any,
+    retry_policy: Any,
+    error_handler: Any,
 ) -> ClientConfig:
-    return build_config(
-        id=id, schema=None, max_attempts=MAX_ATTEMPTS_DEFAULT, queues=None, workers=workers,
-        job_timeout=JOB_TIMEOUT_DEFAULT if job_timeout is UNSET else job_timeout,
-        soft_stop_timeout=None, fetch_cooldown=0.1, fetch_poll_interval=1.0, poll_only=False,
-        fetch_only_known_kinds=False, retry_policy=retry_policy, error_handler=error_handler,
-        middleware=middleware, hooks=hooks, job_stuck_threshold=10.0, thread_workers=16,
-        process_workers=4,
-    )  # fmt: skip
+    """A client's configuration for running one job: River's defaults (``Config``'s) but for
+    what the caller gave."""
+    timeout: dict[str, Any] = {} if job_timeout is UNSET else {"job_timeout": job_timeout}
+    return ClientConfig(
+        id=id,
+        workers=workers,
+        middleware=middleware,
+        hooks=hooks,
+        retry_policy=retry_policy,
+        error_handler=error_handler,
+        **timeout,
+    )
 
 
 async def work_once(

@@ -23,6 +23,7 @@ import pytest
 from anyio.abc import TaskStatus
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 from river_anyio.drivers import TOPIC_LEADERSHIP, Driver, Executor, LeaderRow, Listener, open_driver
 
 from ._river_go import GoRun, RiverGo
@@ -180,7 +181,7 @@ async def test_one_leader_between_go_and_river_anyio_and_handover_to_river_anyio
                 url,
                 queues={QUEUE: river.QueueConfig(max_workers=5)},
                 workers=python_workers(worker),
-                _elect_interval=INTERVAL,
+                config=ClientConfig(elect_interval=INTERVAL),
                 **CLIENT_OPTIONS,
             ) as run,
             run.client.driver.listener() as listener,
@@ -261,7 +262,9 @@ async def test_river_anyio_follower_wakes_when_river_go_resigns(
             cast(Driver, watch),
             queues={QUEUE: river.QueueConfig(max_workers=5)},
             workers=python_workers(worker),
-            _elect_interval=SLOW,  # its second bid would come SLOW seconds after the first
+            config=ClientConfig(
+                elect_interval=SLOW
+            ),  # its second bid would come SLOW seconds after the first
             **CLIENT_OPTIONS,
         ) as run:
             with run.subscribe("leader_elected") as sub:
@@ -281,7 +284,7 @@ async def test_one_leader_between_go_and_river_anyio_and_handover_to_go(
         url,
         queues={QUEUE: river.QueueConfig(max_workers=5)},
         workers=python_workers(worker),
-        _elect_interval=INTERVAL,
+        config=ClientConfig(elect_interval=INTERVAL),
         **CLIENT_OPTIONS,
     ) as run:
         with run.subscribe("leader_elected", "leader_lost") as sub:
@@ -371,7 +374,9 @@ async def test_never_leader_river_anyio_beside_river_go(
         workers=python_workers(worker),
         fetch_only_known_kinds=True,
         leader_election_disabled=True,
-        _elect_interval=0.2,  # were it electing, it would bid five times a second
+        config=ClientConfig(
+            elect_interval=0.2
+        ),  # were it electing, it would bid five times a second
         **CLIENT_OPTIONS,
     ) as run:
         with run.subscribe() as sub:

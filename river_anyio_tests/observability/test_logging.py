@@ -18,6 +18,7 @@ import attrs
 import pytest
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 from river_anyio._logging import LOGGER_NAMES
 
 from ..runtime.lifecycle_support import (
@@ -33,7 +34,10 @@ from .support import capture, refuse_claims
 PACKAGE = Path(river.__file__).parent
 LOG_METHODS = {"debug", "info", "warning", "error", "exception", "critical", "log"}
 CLIENT = "logging-client"
-FAST_COMPLETER: dict[str, Any] = {"_completer_pauses": (0.01,), "_completer_try_timeout": 5.0}
+#: (the private tuning hook: a ClientConfig as ``config``)
+FAST_COMPLETER: dict[str, Any] = {
+    "config": ClientConfig(completer_pauses=(0.01,), completer_try_timeout=5.0)
+}
 
 
 def _sources() -> list[tuple[Path, ast.Module]]:

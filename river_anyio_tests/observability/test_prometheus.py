@@ -11,6 +11,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 from river_anyio.contrib.prometheus import PrometheusMetrics
 
 from ..runtime.lifecycle_support import (
@@ -28,7 +29,10 @@ from .support import capture
 
 pytestmark = pytest.mark.anyio
 
-FAST_COMPLETER: dict[str, Any] = {"_completer_pauses": (0.01,), "_completer_try_timeout": 5.0}
+#: (the private tuning hook: a ClientConfig as ``config``)
+FAST_COMPLETER: dict[str, Any] = {
+    "config": ClientConfig(completer_pauses=(0.01,), completer_try_timeout=5.0)
+}
 LATER = river.InsertOpts(scheduled_at=dt.datetime.now(dt.UTC) + dt.timedelta(days=1))
 
 

@@ -18,6 +18,7 @@ import anyio
 import attrs
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 
 
 @attrs.frozen
@@ -42,8 +43,7 @@ async def main(url: str, client_id: str, interval: float) -> None:
         queues={"default": river.QueueConfig(max_workers=1)},
         workers=workers,
         soft_stop_timeout=1.0,
-        _elect_interval=interval,
-        _maintenance_stagger=False,
+        config=ClientConfig(elect_interval=interval, maintenance_stagger=False),
     ) as run:
         kinds = (river.EventKind.LEADER_ELECTED, river.EventKind.LEADER_LOST)
         with run.subscribe(*kinds) as events:

@@ -5,8 +5,8 @@ connects."""
 from __future__ import annotations
 
 import datetime as dt
-import functools
 import inspect
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -15,6 +15,7 @@ import attrs
 import pytest
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 
 from .lifecycle_support import Gate
 
@@ -172,11 +173,19 @@ CLIENT_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"process_workers": 1.5}, "process_workers", "must be an int between 1 and 1024"),
     ({"process_workers": False}, "process_workers", "must be an int between 1 and 1024"),
     ({"job_stuck_threshold": -1}, "job_stuck_threshold", "must be at least 0s"),
-    # the private test hook for completer timings is validated too
-    ({"_completer_pauses": ()}, "_completer_pauses", "must not be empty"),
-    ({"_completer_pauses": 1.0}, "_completer_pauses", "must be a sequence of seconds"),
-    ({"_completer_pauses": (0.1, -1)}, "_completer_pauses", "must be at least 0s"),
-    ({"_completer_try_timeout": 0}, "_completer_try_timeout", "must be greater than zero"),
+    # the private test hook (a ClientConfig's tuning) is validated too
+    ({"_tuning": {"completer_pauses": ()}}, "_completer_pauses", "must not be empty"),
+    ({"_tuning": {"completer_pauses": 1.0}}, "_completer_pauses", "must be a sequence of"),
+    ({"_tuning": {"completer_pauses": (0.1, -1)}}, "_completer_pauses", "must be at least 0s"),
+    (
+        {"_tuning": {"completer_try_timeout": 0}},
+        "_completer_try_timeout",
+        "must be greater than zero",
+    ),
+    ({"_tuning": {"elect_interval": 0}}, "_elect_interval", "must be greater than zero"),
+    ({"_tuning": {"maintenance_stagger": 0}}, "_maintenance_stagger", "must be a bool"),
+    # a config that is not one
+    ({"_config": {"fetch_cooldown": 0.05}}, "config", "must be a river_anyio.Config, not dict"),
     # the database argument
     ({"database": 42}, "database", "must be a database URL or a driver"),
     ({"driver_options": [1]}, "driver_options", "must be a dict"),
@@ -206,8 +215,10 @@ async def test_open_client_rejects(
 ) -> None:
     options = dict(options)
     database = options.pop("database", f"sqlite:///{tmp_path / 'never.sqlite3'}")
+    tuning = options.pop("_tuning", None)
     with pytest.raises(river.ConfigError) as info:
-        async with river.open_client(database, **options):
+        config = ClientConfig(**tuning) if tuning is not None else options.pop("_config", None)
+        async with river.open_client(database, config, **options):
             pytest.fail("the body must not run")
     assert type(info.value) is river.ConfigError
     assert info.value.field == field, info.value
@@ -217,13 +228,51 @@ async def test_open_client_rejects(
     assert not opened, "validation must fail before anything is opened"
 
 
+def _plain_config_case(case: tuple[dict[str, Any], str, str]) -> bool:
+    """A case ``Config(**options)`` alone can judge: not about the database argument, the
+    private tuning or the config argument, and not a driver option name (which needs the
+    database URL to say which driver)."""
+    options, field, message = case
+    special = {"database", "_tuning", "_config"} & set(options)
+    return not special and not (field == "driver_options" and "not an option of" in message)
+
+
+CONFIG_CASES = [c for c in CLIENT_CASES if _plain_config_case(c)]
+
+
+@pytest.mark.parametrize(
+    ("options", "field", "message"),
+    CONFIG_CASES,
+    ids=[f"{i}-{c[1]}" for i, c in enumerate(CONFIG_CASES)],
+)
+def test_config_rejects_the_same_values(options: dict[str, Any], field: str, message: str) -> None:
+    """``Config(...)`` raises what ``open_client(url, **options)`` raises (but for the option
+    names it does not have, a TypeError, and the checks that need the database URL)."""
+    if any(k not in river.ConfigOptions.__optional_keys__ for k in options):
+        with pytest.raises(TypeError, match="unexpected keyword argument"):
+            river.Config(**options)
+        return
+    with pytest.raises(river.ConfigError) as info:
+        river.Config(**options)
+    assert (info.value.field, str(info.value)) == (field, f"{field}: {info.value.rule}")
+    assert message in info.value.rule, info.value.rule
+
+
 @pytest.mark.anyio
 async def test_run_client_validates_the_same_way(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'x.sqlite3'}"
-    async with anyio.create_task_group() as tg:
-        with pytest.raises(river.ConfigError) as info:
-            await tg.start(functools.partial(river.run_client, url, fetch_cooldown=0))
+    with pytest.raises(river.ConfigError) as info:
+        river.Config(fetch_cooldown=0)
     assert info.value.field == "fetch_cooldown"
+    for database, config, field in (
+        (url, river.Config(driver_options={"busy_timout": 1}), "driver_options"),
+        (42, river.Config(), "database"),
+        (url, {"fetch_cooldown": 1}, "config"),
+    ):
+        async with anyio.create_task_group() as tg:
+            with pytest.raises(river.ConfigError) as info:
+                await tg.start(river.run_client, database, config)
+        assert info.value.field == field
     assert not [p async for p in anyio.Path(tmp_path).iterdir()]
 
 
@@ -394,3 +443,167 @@ def test_driver_option_names_match_the_drivers() -> None:
     for dialect, opener in (("postgres", open_postgres), ("sqlite", open_sqlite)):
         params = set(inspect.signature(opener).parameters) - {"url", "url_or_path", "schema"}
         assert params == DRIVER_OPTIONS[dialect]
+
+
+# --- Config: one set of defaults, the options in step, options over a config -------------------
+
+
+def test_config_holds_rivers_defaults() -> None:
+    config = river.Config()
+    expected = {
+        "queues": {},
+        "id": None,
+        "schema": None,
+        "max_attempts": 25,
+        "job_timeout": 60.0,
+        "soft_stop_timeout": None,
+        "fetch_cooldown": 0.1,
+        "fetch_poll_interval": 1.0,
+        "poll_only": False,
+        "fetch_only_known_kinds": False,
+        "error_handler": None,
+        "middleware": (),
+        "hooks": (),
+        "job_stuck_threshold": 10.0,
+        "thread_workers": 16,
+        "process_workers": 4,
+        "periodic_jobs": (),
+        "maintenance": river.MaintenanceConfig(),
+        "leader_election_disabled": False,
+        "driver_options": {},
+        "clock": None,
+    }
+    assert {name: getattr(config, name) for name in expected} == expected
+    assert isinstance(config.retry_policy, river.DefaultRetryPolicy)
+    assert isinstance(config.workers, river.Workers) and len(config.workers) == 0
+    assert set(expected) | {"retry_policy", "workers"} == {
+        a.name for a in attrs.fields(river.Config)
+    }
+    assert config.rescue_after == 3600.0
+    with pytest.raises(attrs.exceptions.FrozenInstanceError):
+        config.job_timeout = 5  # type: ignore[misc]
+
+
+def test_config_options_are_configs_fields_with_the_same_types() -> None:
+    """``ConfigOptions`` (open_client's keyword options) is kept in step with ``Config``: the
+    same names, each typed as ``Config(...)`` accepts it."""
+    import typing
+
+    import river_anyio._config as config_module
+
+    init = typing.get_type_hints(river.Config.__init__, vars(config_module))
+    init.pop("return")
+    options = typing.get_type_hints(river.ConfigOptions)
+    assert set(options) == set(init)
+    assert river.ConfigOptions.__optional_keys__ == frozenset(init)  # none is required
+    mismatched = {name: (options[name], init[name]) for name in init if options[name] != init[name]}
+    assert not mismatched
+
+
+def test_durations_read_back_as_seconds() -> None:
+    config = river.Config(
+        job_timeout=dt.timedelta(minutes=2),
+        soft_stop_timeout=dt.timedelta(seconds=3),
+        fetch_cooldown=1,
+        fetch_poll_interval=dt.timedelta(seconds=2),
+        job_stuck_threshold=dt.timedelta(milliseconds=500),
+    )
+    assert (
+        config.job_timeout,
+        config.soft_stop_timeout,
+        config.fetch_cooldown,
+        config.fetch_poll_interval,
+        config.job_stuck_threshold,
+    ) == (120.0, 3.0, 1.0, 2.0, 0.5)
+    assert config.rescue_after == 3600.0 + 120.0
+
+
+@pytest.mark.anyio
+async def test_options_apply_over_a_config(sqlite_url: str) -> None:
+    gate = Gate()
+    gate.release.set()
+    config = river.Config(
+        queues={"default": river.QueueConfig(max_workers=2)},
+        workers=gate.workers(),
+        id="from-config",
+        job_timeout=30,
+    )
+    async with river.open_client(sqlite_url, config, id="from-option", fetch_cooldown=0.5) as run:
+        assert isinstance(run.config, river.Config)
+        assert (run.config.id, run.config.job_timeout, run.config.fetch_cooldown) == (
+            "from-option",
+            30.0,
+            0.5,
+        )
+        assert run.client.id == "from-option"
+        assert set(run.diagnostics.queues) == {"default"}
+    assert config.id == "from-config"  # the caller's config is not changed
+    # an option can still make the whole configuration invalid
+    with pytest.raises(river.ConfigError, match="fetch_poll_interval: cannot be shorter"):
+        river.open_client(sqlite_url, config, fetch_cooldown=2)
+
+
+@pytest.mark.anyio
+async def test_one_config_starts_clients_with_their_own_default_ids(sqlite_url: str) -> None:
+    """A Config without an ID gets River's default (host name and start time) per client,
+    when the client starts: one Config can start several clients."""
+    config = river.Config()
+    async with river.open_client(sqlite_url, config) as a:
+        await anyio.sleep(0.001)  # the default ID has microseconds
+        async with river.open_client(sqlite_url, config) as b:
+            assert a.client.id != b.client.id
+    assert config.id is None
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("entry", ["open_client", "run_client"])
+async def test_the_ignored_maintenance_warning_prints_once(database_url: str, entry: str) -> None:
+    gate = Gate()
+    config = river.Config(
+        queues={"default": river.QueueConfig(max_workers=1)},
+        workers=gate.workers(),
+        leader_election_disabled=True,
+        maintenance=river.MaintenanceConfig(scheduler_interval=1),
+    )
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")  # a repeated warning is recorded again
+        if entry == "open_client":
+            async with river.open_client(database_url, config) as run:
+                assert run.config.leader_election_disabled
+        else:
+            async with anyio.create_task_group() as tg:
+                run = await tg.start(river.run_client, database_url, config)
+                run.stop()
+    assert [(w.category, str(w.message)) for w in record] == [
+        (
+            UserWarning,
+            "maintenance settings are ignored: leader_election_disabled=True means this "
+            "client never leads, so it never runs maintenance",
+        )
+    ]
+    if entry == "open_client":  # (run_client runs in a task of its own: no caller's line)
+        assert record[0].filename == __file__  # it points at the caller's line
+    # default maintenance settings are not "settings", and are not warned about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        river.open_client(database_url, config, maintenance=None)
+
+
+@pytest.mark.anyio
+async def test_a_callers_driver_is_checked_before_the_client_starts(database_url: str) -> None:
+    from river_anyio.drivers import open_driver
+
+    async with open_driver(database_url) as driver:
+        with pytest.raises(river.ConfigError) as info:
+            river.open_client(driver, driver_options={"busy_timeout": 1})
+        assert (info.value.field, info.value.rule) == (
+            "driver_options",
+            "only applies when opening a database from a URL",
+        )
+        with pytest.raises(river.ConfigError) as info:
+            river.open_client(driver, schema="some_other_schema")
+        assert info.value.field == "schema"
+        assert info.value.rule.startswith("conflicts with the driver's schema")
+        # the driver's own schema is no conflict, and the client runs on that driver
+        async with river.open_client(driver, schema=driver.schema) as run:
+            assert run.client.driver is driver

@@ -17,6 +17,7 @@ import anyio
 import pytest
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 
 from ..faulty import FaultyDriver, open_faulty
 from .lifecycle_support import (
@@ -42,7 +43,10 @@ pytestmark = pytest.mark.anyio
 
 CLIENT = "faults-client"
 #: Short completer retry timings (River's are 1 s, 2 s, 4 s pauses and 10 s per try).
-FAST_COMPLETER: dict[str, Any] = {"_completer_pauses": (0.01,), "_completer_try_timeout": 5.0}
+#: (the private tuning hook: a ClientConfig as ``config``)
+FAST_COMPLETER: dict[str, Any] = {
+    "config": ClientConfig(completer_pauses=(0.01,), completer_try_timeout=5.0)
+}
 
 
 class BodyError(Exception):

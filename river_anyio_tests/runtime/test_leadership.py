@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
-import functools
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -15,6 +14,7 @@ import pytest
 from anyio.abc import TaskGroup
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 from river_anyio.drivers import TOPIC_LEADERSHIP, open_driver
 
 from .conftest import WAIT, next_event
@@ -49,23 +49,26 @@ def workers() -> river.Workers:
 
 
 def options(client_id: str, **kw: Any) -> dict[str, Any]:
+    """A ClientConfig's fields (the private tuning hook included): ``tuned(options(...))``."""
     base: dict[str, Any] = {
         "id": client_id,
         "queues": {"default": river.QueueConfig(max_workers=2)},
         "workers": workers(),
         "fetch_cooldown": 0.01,
         "soft_stop_timeout": 2.0,
-        "_elect_interval": INTERVAL,
-        "_maintenance_stagger": False,
+        "elect_interval": INTERVAL,
+        "maintenance_stagger": False,
     }
     base.update(kw)
     return base
 
 
+def tuned(client_id: str, **kw: Any) -> ClientConfig:
+    return ClientConfig(**options(client_id, **kw))
+
+
 async def start(tg: TaskGroup, url: str, client_id: str, **kw: Any) -> river.ClientRun:
-    run: river.ClientRun = await tg.start(
-        functools.partial(river.run_client, url, **options(client_id, **kw))
-    )
+    run: river.ClientRun = await tg.start(river.run_client, url, tuned(client_id, **kw))
     return run
 
 
@@ -98,10 +101,10 @@ async def test_one_client_leads_and_a_stopping_leader_hands_over_at_once(
     # because it polled
     slow = 3.0
     async with clients(database_url) as tg:
-        a = await start(tg, database_url, "leader-a", _elect_interval=slow)
+        a = await start(tg, database_url, "leader-a", elect_interval=slow)
         with a.subscribe(K.LEADER_ELECTED, K.LEADER_LOST) as a_events:
             await leading(a, a_events)
-            b = await start(tg, database_url, "leader-b", _elect_interval=slow)
+            b = await start(tg, database_url, "leader-b", elect_interval=slow)
             with b.subscribe(K.LEADER_ELECTED) as b_events:
                 assert a.is_leader and not b.is_leader
                 assert await lease_holder(database_url) == "leader-a"
@@ -203,18 +206,15 @@ async def test_a_client_with_leader_election_disabled_never_leads(database_url: 
 def test_maintenance_settings_on_a_never_leader_are_ignored_with_a_warning(
     database_url: str,
 ) -> None:
-    from river_anyio._runtime._entry import _config_from
-
     m = river.MaintenanceConfig(scheduler_interval=1)
+    config = tuned("x", leader_election_disabled=True, maintenance=m)
     with pytest.warns(UserWarning, match="maintenance settings are ignored"):
-        config = _config_from(
-            database_url, options("x", leader_election_disabled=True, maintenance=m)
-        )
+        river.open_client(database_url, config)  # checked by the call, before entering
     assert config.leader_election_disabled
     with pytest.raises(river.ConfigError, match="must be a MaintenanceConfig"):
-        _config_from(database_url, options("x", maintenance={"scheduler_interval": 1}))
+        tuned("x", maintenance={"scheduler_interval": 1})
     with pytest.raises(river.ConfigError, match="must be a bool"):
-        _config_from(database_url, options("x", leader_election_disabled="yes"))
+        tuned("x", leader_election_disabled="yes")
 
 
 @attrs.frozen
@@ -251,11 +251,11 @@ async def test_a_never_leader_client_refuses_periodic_jobs(database_url: str) ->
     job = river.PeriodicJob(river.every(60), Periodic)
     with pytest.raises(river.ConfigError, match="leader_election_disabled=True never leads"):
         async with river.open_client(
-            database_url, periodic_jobs=[job], **options("never", leader_election_disabled=True)
+            database_url, periodic_jobs=[job], config=tuned("never", leader_election_disabled=True)
         ):
             pass  # pragma: no cover
     async with river.open_client(
-        database_url, **options("never", leader_election_disabled=True)
+        database_url, tuned("never", leader_election_disabled=True)
     ) as run:
         with pytest.raises(river.ConfigError, match="never leads"):
             run.client.periodic_jobs.add(job)

@@ -16,9 +16,9 @@ import pytest
 
 import river_anyio as river
 from river_anyio._client import Client
+from river_anyio._config import ClientConfig
 from river_anyio._events import EventHub
 from river_anyio._runtime._clock import SystemClock
-from river_anyio._runtime._entry import _config_from
 from river_anyio._runtime._producer import Producer
 from river_anyio._runtime._supervisor import ClientRun
 
@@ -272,10 +272,7 @@ async def test_a_stop_during_start(database_url: str, how: str) -> None:
     async with river.open_client(database_url) as inserter:
         job = (await inserter.client.insert(Blocker())).job
     gate = Gate()
-    config = _config_from(
-        database_url,
-        {"id": CLIENT, "queues": queues(5, "default", "other"), "workers": gate.workers()},
-    )
+    config = ClientConfig(id=CLIENT, queues=queues(5, "default", "other"), workers=gate.workers())
     stops: list[str] = []
 
     def stop_now() -> None:
@@ -378,11 +375,8 @@ async def test_run_client_in_the_callers_task_group(database_url: str) -> None:
     gate = Gate()
     gate.release.set()
     async with anyio.create_task_group() as tg:
-        run: river.ClientRun = await tg.start(
-            functools.partial(
-                river.run_client, database_url, id=CLIENT, queues=queues(), workers=gate.workers()
-            )
-        )
+        config = river.Config(id=CLIENT, queues=queues(), workers=gate.workers())
+        run: river.ClientRun = await tg.start(river.run_client, database_url, config)
         assert isinstance(run, river.ClientRun) and run.client.id == CLIENT
         with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
             job = (await run.client.insert(Blocker())).job
@@ -401,15 +395,8 @@ async def test_cancelling_the_callers_task_group_hard_stops_run_client(
     gate = Gate(mode="forever")
     with anyio.fail_after(SOON):
         async with anyio.create_task_group() as tg:
-            run: river.ClientRun = await tg.start(
-                functools.partial(
-                    river.run_client,
-                    database_url,
-                    id=CLIENT,
-                    queues=queues(),
-                    workers=gate.workers(),
-                )
-            )
+            config = river.Config(id=CLIENT, queues=queues(), workers=gate.workers())
+            run: river.ClientRun = await tg.start(river.run_client, database_url, config)
             job = (await run.client.insert(Blocker())).job
             await gate.started_event(job.id).wait()
             tg.cancel_scope.cancel()

@@ -14,8 +14,8 @@ import attrs
 import pytest
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 from river_anyio._events import EventHub
-from river_anyio._runtime._entry import _config_from
 from river_anyio._runtime._maintenance import (
     BATCH_SIZE_DEFAULT,
     BATCH_SIZE_REDUCED,
@@ -141,8 +141,7 @@ class Env:
     def service(self, cls: type[MaintenanceService], **options: Any) -> Any:
         options.setdefault("queues", {"default": river.QueueConfig(max_workers=1)})
         options.setdefault("workers", workers())
-        options["_maintenance_stagger"] = False
-        config = _config_from(self.driver, options)
+        config = ClientConfig(**options, maintenance_stagger=False)
         kw: dict[str, Any] = {
             "driver": self.driver,
             "clock": self.clock,
@@ -300,13 +299,16 @@ async def test_rescuer_rescues_stuck_jobs(database_url: str, t0: dt.datetime) ->
 async def test_rescue_after_defaults_and_validation(database_url: str) -> None:
     base: dict[str, Any] = {"queues": {"default": river.QueueConfig(max_workers=1)}}
     base["workers"] = workers()
-    assert _config_from(database_url, base).rescue_after == 3600
-    assert _config_from(database_url, {**base, "job_timeout": 600}).rescue_after == 4200
-    assert _config_from(database_url, {**base, "job_timeout": None}).rescue_after == 3600
+    assert river.Config(**base).rescue_after == 3600
+    assert river.Config(**base, job_timeout=600).rescue_after == 4200
+    assert river.Config(**base, job_timeout=None).rescue_after == 3600
     custom = river.MaintenanceConfig(rescue_after=dt.timedelta(minutes=5))
-    assert _config_from(database_url, {**base, "maintenance": custom}).rescue_after == 300
+    assert river.Config(**base, maintenance=custom).rescue_after == 300
     with pytest.raises(river.ConfigError, match=r"rescue_after.*cannot be less than job_timeout"):
-        _config_from(database_url, {**base, "maintenance": custom, "job_timeout": 600})
+        river.Config(**base, maintenance=custom, job_timeout=600)
+    # what a running client's maintenance reads
+    async with river.open_client(database_url, job_timeout=600, **base) as run:
+        assert run.config.rescue_after == 4200
 
 
 # --- cleaners --------------------------------------------------------------------------------
