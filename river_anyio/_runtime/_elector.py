@@ -211,6 +211,8 @@ class Elector:
         """Hold the lease, with the leader scope open, until leadership ends; then resign
         unless the lease was lost."""
         self._resign_requested.clear()
+        # built before the term is announced, so whoever hears of it sees its services
+        self.services = tuple(self._services())
         self._leading.set()
         self.terms += 1
         logger.info("elector: %s elected leader", self._client_id)
@@ -244,7 +246,6 @@ class Elector:
                     await self._resign(term)
 
     async def _start_services(self, leader: TaskGroup) -> None:
-        self.services = tuple(self._services())
         for service in self.services:
             try:
                 await leader.start(_guarded, service, self._events, name=f"river {service.name}")
