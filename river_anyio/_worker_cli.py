@@ -217,19 +217,29 @@ def database_from(flag: str | None, environ: Mapping[str, str]) -> DatabaseSourc
 # --- loading MODULE:ATTR --------------------------------------------------------------------
 
 
+#: Frames in these files are not the application's: river_anyio's own, and generated code
+#: (``<frozen importlib._bootstrap>``, attrs' ``<attrs generated ...>``).
+_NOT_APP = (os.path.dirname(os.path.abspath(__file__)) + os.sep, "<")
+
+
 def _where(exc: BaseException) -> str:
-    """``file:line`` of the innermost frame an exception was raised in."""
+    """`` (file:line)`` of the innermost frame of the application an exception passed through."""
     frames = traceback.extract_tb(exc.__traceback__)
-    if not frames:
+    app = [f for f in frames if not f.filename.startswith(_NOT_APP)]
+    if not app:
         return ""
-    frame = frames[-1]
-    path = frame.filename
+    frame = app[-1]
     cwd = os.getcwd() + os.sep
-    return f" ({path.removeprefix(cwd)}:{frame.lineno})"
+    return f" ({frame.filename.removeprefix(cwd)}:{frame.lineno})"
 
 
 def _describe(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}{_where(exc)}"
+    """One line for an exception the application raised, URL passwords redacted."""
+    from .drivers import redact_url
+
+    words = str(exc).split()
+    text = " ".join(redact_url(w) if "://" in w else w for w in words)
+    return f"{type(exc).__name__}: {text}{_where(exc)}"
 
 
 def load_app(module_name: str, attr: str) -> Workers | Config:

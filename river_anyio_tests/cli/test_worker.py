@@ -137,6 +137,12 @@ def app_dir(tmp_path: Path) -> Path:
     (app / "workerapp.py").write_text(APP)
     (app / "broken.py").write_text("raise ValueError('broken at import')\n")
     (app / "needsdep.py").write_text("import river_anyio_no_such_dependency\n")
+    (app / "badconfig.py").write_text(
+        "import river_anyio as river\n"
+        "config = river.Config(workers=river.Workers(), id='x' * 101)"
+        "  # postgres://u:hunter2@h/d\n"
+    )
+    (app / "leaky.py").write_text("raise RuntimeError('cannot reach postgres://u:hunter2@h/d')\n")
     return app
 
 
@@ -505,6 +511,8 @@ def test_database_lookup_order() -> None:
         ("workerapp:raises", 1, "workerapp:raises() raised RuntimeError: factory broke (workerapp.py:"),
         ("broken:workers", 1, "importing module 'broken' failed: ValueError: broken at import (broken.py:1)"),
         ("needsdep:workers", 1, "No module named 'river_anyio_no_such_dependency' (needsdep.py:1)"),
+        ("badconfig:config", 1, "ConfigError: id: ID cannot be longer than 100 characters (badconfig.py:2)"),
+        ("leaky:workers", 1, "RuntimeError: cannot reach postgres://u:***@h/d (leaky.py:1)"),
     ],
 )  # fmt: skip
 def test_bad_module_attr_is_one_line(
@@ -518,6 +526,7 @@ def test_bad_module_attr_is_one_line(
     assert proc.stdout == ""
     assert proc.stderr.count("\n") == 1, proc.stderr
     assert proc.stderr.startswith("river-anyio: error: ") and message in proc.stderr, proc.stderr
+    assert "hunter2" not in proc.stderr
 
 
 @pytest.mark.parametrize(
