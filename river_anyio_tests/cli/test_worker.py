@@ -378,6 +378,45 @@ async def test_a_crashed_client_exits_1_with_one_line(
     assert w.stderr[-1].startswith("river-anyio: error: "), w.stderr[-3:]
 
 
+@pytest.mark.anyio
+async def test_a_signal_before_the_start_abandons_it(
+    anyio_backend: str, pg_url: str, app_dir: Path, launcher: Path
+) -> None:
+    # The worker's --auto-migrate reads river_migration, which this transaction keeps locked:
+    # the worker is held in its start until the signal.
+    async with open_driver(pg_url) as driver, driver.transaction() as tx:
+        await tx.exec_script("LOCK TABLE river_migration IN ACCESS EXCLUSIVE MODE")
+        proc = await anyio.open_process(
+            [sys.executable, str(launcher), "worker", "workerapp:workers", "--auto-migrate",
+             "--database-url", pg_url, "--loop", anyio_backend],
+            cwd=app_dir, env=_env(app_dir), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        async with proc:
+            try:
+
+                async def waiting() -> bool:
+                    rows = await driver.executor().fetch_all(
+                        "SELECT pid FROM pg_stat_activity WHERE datname = current_database()"
+                        " AND wait_event_type = 'Lock'"
+                    )
+                    return bool(rows)
+
+                await _until(waiting, "the worker to wait for the lock")
+                proc.send_signal(signal.SIGTERM)
+                with anyio.fail_after(WITHIN):
+                    code = await proc.wait()
+            finally:
+                if proc.returncode is None:
+                    proc.kill()
+            assert proc.stdout is not None and proc.stderr is not None
+            out = b"".join([chunk async for chunk in proc.stdout]).decode()
+            err = b"".join([chunk async for chunk in proc.stderr]).decode()
+    assert code == 0, err
+    assert out == ""
+    assert "SIGTERM received before the client started: not starting" in err
+    assert "Traceback" not in err
+
+
 # --- what it runs ----------------------------------------------------------------------------
 
 
