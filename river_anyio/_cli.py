@@ -15,6 +15,7 @@ from typing import Any, TextIO
 
 import anyio
 
+from . import _worker_cli
 from ._errors import RiverError
 from ._version import __version__
 from .drivers import dialect_of_url, open_driver, redact_url
@@ -143,6 +144,7 @@ def _build_parser() -> _Parser:
     )
     p.add_argument("--jobs", type=int, default=1000, help="number of jobs to insert")
     p.add_argument("--loop", choices=("asyncio", "trio"), default="asyncio")
+    _worker_cli.add_parser(sub)
     return parser
 
 
@@ -285,6 +287,8 @@ def main(
                 )
             except ValueError as exc:
                 raise _UsageError(str(exc)) from None
+        if args.command == "worker":
+            return _worker_cli.run(args, out=out, err=err)
         if args.command == "demo":
             from ._demo import run_demo
 
