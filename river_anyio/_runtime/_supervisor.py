@@ -49,7 +49,6 @@ from ..drivers import Driver
 from ._clock import Clock
 from ._completer import Completer, CompleterStatistics
 from ._elector import Elector, LeaderService
-from ._executor import JobExecutor
 from ._maintenance import (
     JobCleaner,
     JobRescuer,
@@ -61,6 +60,7 @@ from ._maintenance import (
 from ._notifier import ALL_TOPICS, TOPICS, Notifier
 from ._periodic import PeriodicEnqueuer
 from ._producer import Producer
+from ._runner import JobRunner
 from ._util import STOP_AND_CANCEL_REASON, STOP_TIMEOUT_REASON
 
 __all__ = ["ClientCrashedError", "ClientRun", "Diagnostics", "leader_services"]
@@ -396,7 +396,7 @@ class ClientRun:
                     def new_producer(name: str, config: ClientConfig) -> Producer:
                         stream = spare.clone()  # the producer closes it when it exits
                         streams.append(stream)
-                        executor = JobExecutor(
+                        runner = JobRunner(
                             config=config,
                             client=self.client,
                             clock=clock,
@@ -408,7 +408,7 @@ class ClientRun:
                             queue=name,
                             config=config,
                             driver=driver,
-                            executor=executor,
+                            runner=runner,
                             completer=completer,
                             send=stream,
                             events=self._events,

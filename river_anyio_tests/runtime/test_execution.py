@@ -582,9 +582,9 @@ async def test_pause_stops_claiming_and_resume_picks_up(
             armed = False
             fetched_after_insert = anyio.Event()
 
-            async def watched_fetch(jobs: Any) -> float:
+            async def watched_fetch() -> float:
                 began_armed = armed
-                result = await real_fetch(jobs)
+                result = await real_fetch()
                 if began_armed:
                     fetched_after_insert.set()
                 return result

@@ -64,12 +64,12 @@ async def test_a_crashing_service_stops_the_run_and_raises_client_crashed(
     original = Producer._fetch_once
     calls = 0
 
-    async def fetch_once(self: Producer, jobs: Any) -> float:
+    async def fetch_once(self: Producer) -> float:
         nonlocal calls
         calls += 1
         if calls > 1:
             raise RuntimeError("producer bug")
-        return await original(self, jobs)
+        return await original(self)
 
     monkeypatch.setattr(Producer, "_fetch_once", fetch_once)
     gate = Gate(mode="forever")
