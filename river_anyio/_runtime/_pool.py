@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import anyio
@@ -96,14 +96,8 @@ class WorkerPool:
         return len(self._attempts)
 
     def job_ids(self) -> list[int]:
+        """The ids of the attempts held."""
         return list(self._attempts)
-
-    def row(self, job_id: int) -> JobRow | None:
-        attempt = self._attempts.get(job_id)
-        return None if attempt is None else attempt.row
-
-    def running(self) -> Iterator[Attempt]:
-        return (a for a in self._attempts.values() if a.scope is not None)
 
     # --- what the producer (or a test) does -----------------------------------------------
 
