@@ -6,8 +6,8 @@ A producer composes three parts, each with one responsibility:
   and how many rows, cooldowns, refills of freed slots, rows claimed ahead);
 - the queue's :class:`~._pool.WorkerPool`, which runs what was claimed and is the one owner
   of the attempts;
-- control and notifications: insert notifications wake the fetch loop, control messages
-  pause, resume and cancel, settings polls and the queue's keep-alive.
+- the queue's :class:`~._control.QueueControl`: insert notifications wake the fetch loop,
+  control messages pause, resume and cancel, settings polls and the queue's keep-alive.
 
 Its lifetime is nested scopes: services (notifications, settings, keep-alive) ⊃ the worker
 pool ⊃ the fetch scope. ``stop_fetching()`` cancels the fetch scope, and the loop checks it
@@ -20,9 +20,7 @@ the rows never begun.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
-import random
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -31,12 +29,12 @@ from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from .._errors import DatabaseError
-from .._events import Event, EventHub, EventKind
+from .._events import EventHub
 from .._job import JobRow
-from .._logging import job_extra, queue_extra
-from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, Driver, Notification
-from ._attempt import CancelReason
+from .._logging import queue_extra
+from ..drivers import Driver, Notification
 from ._completer import Completer, Finished
+from ._control import HOT_OPERATION_TIMEOUT, QueueControl
 from ._pacing import FetchPacer
 from ._pool import WorkerPool
 from ._runner import JobRunner
@@ -50,10 +48,7 @@ __all__ = ["Producer"]
 
 logger = logging.getLogger("river_anyio.producer")
 
-HOT_OPERATION_TIMEOUT = 10.0
 MAX_ATTEMPTED_BY = 100
-QUEUE_REPORT_INTERVAL = 600.0
-QUEUE_SETTINGS_POLL = 2.0
 
 
 class Producer:
@@ -91,10 +86,18 @@ class Producer:
             name=f"river worker {queue}",
             on_low_water=self._refill,
         )
+        self._queue_control = QueueControl(
+            queue=queue,
+            config=config,
+            driver=driver,
+            events=events,
+            pool=self._pool,
+            trigger=self.trigger,
+            resumed=self._resumed,
+        )
         self._wake = Wakeup()
         #: the fetch loop's lifetime: cancelled by ``stop_fetching()``
         self._fetching = anyio.CancelScope()
-        self._paused = False
         self._backoff = Backoff()
         self.fetches = 0
 
@@ -102,7 +105,7 @@ class Producer:
 
     @property
     def paused(self) -> bool:
-        return self._paused
+        return self._queue_control.paused
 
     @property
     def active_jobs(self) -> int:
@@ -121,53 +124,25 @@ class Producer:
         self._pacer.refill()
         self._wake.set()
 
+    def _resumed(self) -> None:
+        self._pacer.resumed()
+        self._wake.set()
+
     def cancel_job(self, job_id: int) -> bool:
         """Cancel a running job of this producer (a remote cancel); True if it was running."""
-        attempt = self._pool.cancel(job_id, CancelReason.REMOTE)
-        if attempt is None:
-            return False
-        extra = job_extra("job_cancel_remote", attempt.row, self._client_id)
-        logger.warning("job %d cancelled remotely", job_id, extra=extra)
-        return True
+        return self._queue_control.cancel_job(job_id)
 
     def set_paused(self, paused: bool) -> None:
-        if paused == self._paused:
-            return
-        self._paused = paused
-        kind = EventKind.QUEUE_PAUSED if paused else EventKind.QUEUE_RESUMED
-        logger.info(
-            "queue %s %s",
-            self.queue,
-            "paused" if paused else "resumed",
-            extra=queue_extra(kind.value, self.queue, self._client_id),
-        )
-        self._events.publish(Event(kind=kind, queue=self.queue))
-        if not paused:
-            self._pacer.resumed()
-            self._wake.set()
+        self._queue_control.set_paused(paused)
 
     async def reconcile(self) -> None:
         """After missed notifications: re-poll the queue, and cancel running jobs that were
         cancelled remotely meanwhile."""
-        self.trigger()
-        ids = self._pool.job_ids()
-        if not ids:
-            return
-        try:
-            rows = await self._driver.executor().job_list(ids=ids, limit=len(ids))
-        except DatabaseError as exc:
-            logger.warning(
-                "producer %s: reconciling cancellations failed: %s",
-                self.queue,
-                exc,
-                extra=queue_extra("reconcile_failed", self.queue, self._client_id),
-            )
-            return
-        for row in rows:
-            if "cancel_attempted_at" in row.metadata:
-                self.cancel_job(row.id)
-        if not self._config.poll_only:
-            await self._poll_settings_once()
+        await self._queue_control.reconcile()
+
+    def _control(self, payload: dict[str, Any]) -> None:
+        """A control action (a notification, or taken locally without a listener)."""
+        self._queue_control.control(payload)
 
     # --- the service --------------------------------------------------------------------------
 
@@ -177,7 +152,7 @@ class Producer:
         with self._send:
             with anyio.fail_after(HOT_OPERATION_TIMEOUT):
                 row = await self._driver.executor().queue_create_or_set_updated_at(name=self.queue)
-            self._paused = row.paused_at is not None
+            self._queue_control.paused = row.paused_at is not None
             receive = self._notifier.subscribe(self) if self._notifier is not None else None
             # This frame closes ``receive`` too: a notification task cancelled before it first
             # runs (asyncio) would leave it open.
@@ -192,11 +167,12 @@ class Producer:
         task_status: TaskStatus[None],
     ) -> None:
         async with anyio.create_task_group() as services:
+            control = self._queue_control
             if receive is not None:
-                services.start_soon(self._notifications, receive)
+                services.start_soon(control.notifications, receive)
             elif self._config.poll_only:
-                services.start_soon(self._poll_settings)
-            services.start_soon(self._report_queue)
+                services.start_soon(control.poll_settings)
+            services.start_soon(control.report_queue)
             try:
                 async with anyio.create_task_group() as work:
                     await work.start(self._pool.run, name=f"river jobs {self.queue}")
@@ -243,7 +219,7 @@ class Producer:
 
     async def _fetch_once(self) -> float:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
-        if self._paused:
+        if self._queue_control.paused:
             return 0.0
         pool = self._pool
         pacer = self._pacer
@@ -295,72 +271,3 @@ class Producer:
     @property
     def _client_id(self) -> str:
         return self._config.id
-
-    # --- notifications and periodic work ------------------------------------------------------
-
-    async def _notifications(self, receive: MemoryObjectReceiveStream[Notification]) -> None:
-        async with receive:
-            async for note in receive:
-                try:
-                    payload: Any = json.loads(note.payload)
-                except ValueError:
-                    logger.warning(
-                        "producer %s: malformed notification %r",
-                        self.queue,
-                        note.payload,
-                        extra=queue_extra("notification_malformed", self.queue, self._client_id),
-                    )
-                    continue
-                if not isinstance(payload, dict):
-                    continue
-                if note.topic == TOPIC_INSERT:
-                    if payload.get("queue") == self.queue:
-                        self.trigger()
-                elif note.topic == TOPIC_CONTROL:
-                    self._control(payload)
-
-    def _control(self, payload: dict[str, Any]) -> None:
-        action = payload.get("action")
-        queue = payload.get("queue")
-        if action == "cancel":
-            job_id = payload.get("job_id")
-            if queue == self.queue and isinstance(job_id, int):
-                self.cancel_job(job_id)
-        elif action in ("pause", "resume") and queue in (self.queue, "*"):
-            self.set_paused(action == "pause")
-        # metadata_changed and unknown actions: nothing to do in the open-source runtime
-
-    async def _poll_settings(self) -> None:
-        while True:
-            await anyio.sleep(QUEUE_SETTINGS_POLL)
-            await self._poll_settings_once()
-
-    async def _poll_settings_once(self) -> None:
-        try:
-            with anyio.fail_after(HOT_OPERATION_TIMEOUT):
-                row = await self._driver.executor().queue_get(self.queue)
-        except (DatabaseError, TimeoutError) as exc:
-            logger.warning(
-                "producer %s: reading queue settings failed: %s",
-                self.queue,
-                exc,
-                extra=queue_extra("queue_settings_failed", self.queue, self._client_id),
-            )
-            return
-        if row is not None:
-            self.set_paused(row.paused_at is not None)
-
-    async def _report_queue(self) -> None:
-        await anyio.sleep(random.uniform(0, 1))
-        while True:
-            await anyio.sleep(QUEUE_REPORT_INTERVAL)
-            try:
-                with anyio.fail_after(HOT_OPERATION_TIMEOUT):
-                    await self._driver.executor().queue_create_or_set_updated_at(name=self.queue)
-            except (DatabaseError, TimeoutError) as exc:
-                logger.warning(
-                    "producer %s: queue keep-alive failed: %s",
-                    self.queue,
-                    exc,
-                    extra=queue_extra("queue_keepalive_failed", self.queue, self._client_id),
-                )

@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 import river_anyio as river
+from river_anyio._runtime._control import QueueControl
 from river_anyio._runtime._producer import Producer
 from river_anyio.drivers import open_driver
 
@@ -103,7 +104,7 @@ async def test_a_crashing_service_stops_the_run_and_raises_client_crashed(
     assert run.stopping
 
 
-async def _raise_on_cancel(self: Producer) -> None:
+async def _raise_on_cancel(self: QueueControl) -> None:
     try:
         await anyio.sleep_forever()
     finally:
@@ -113,7 +114,7 @@ async def _raise_on_cancel(self: Producer) -> None:
 async def test_a_body_exception_wins_over_a_service_failure(
     database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(Producer, "_report_queue", _raise_on_cancel)
+    monkeypatch.setattr(QueueControl, "report_queue", _raise_on_cancel)
     gate = Gate(mode="forever")
     err = BodyError("from the body")
     with anyio.fail_after(SOON):
@@ -137,7 +138,7 @@ async def test_a_body_exception_wins_over_a_service_failure(
 async def test_a_service_failing_during_a_graceful_stop_is_a_crash(
     sqlite_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(Producer, "_report_queue", _raise_on_cancel)
+    monkeypatch.setattr(QueueControl, "report_queue", _raise_on_cancel)
     gate = Gate()
     gate.release.set()
     with pytest.raises(river.ClientCrashedError) as info:
