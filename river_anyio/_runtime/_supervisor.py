@@ -51,7 +51,6 @@ from ..drivers import Driver
 from ._clock import Clock
 from ._completer import Completer, CompleterStatistics, Finished
 from ._elector import Elector, LeaderService
-from ._executor import JobExecutor
 from ._lag import LagMonitor
 from ._maintenance import (
     JobCleaner,
@@ -64,6 +63,7 @@ from ._maintenance import (
 from ._notifier import ALL_TOPICS, TOPICS, Notifier
 from ._periodic import PeriodicEnqueuer
 from ._producer import Producer
+from ._runner import JobRunner
 from ._util import STOP_AND_CANCEL_REASON
 
 __all__ = ["ClientCrashedError", "ClientRun", "Diagnostics", "leader_services"]
@@ -454,7 +454,7 @@ class ClientRun:
             def new_producer(name: str, config: ClientConfig) -> Producer:
                 clone = send.clone()
                 clones.append(clone)
-                executor = JobExecutor(
+                runner = JobRunner(
                     config=config,
                     client=self.client,
                     clock=clock,
@@ -466,7 +466,7 @@ class ClientRun:
                     queue=name,
                     config=config,
                     driver=driver,
-                    executor=executor,
+                    runner=runner,
                     completer=completer,
                     send=clone,
                     events=self._events,

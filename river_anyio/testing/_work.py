@@ -1,5 +1,6 @@
 """Running a worker in a test: without a database (``work_once``) or through a client
-(``work_with_client``), both on the runtime's own executor, so timeouts, outcomes, errors,
+(``work_with_client``), both through the runtime's own job running path (a worker pool
+and its job runner, as in a producer), so timeouts, outcomes, errors,
 retries and metadata behave exactly as they do in a running client."""
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from .._insert import args_kind, build_insert_params
 from .._job import MAX_ATTEMPTS_DEFAULT, AttemptError, InsertOpts, JobRow, JobState
 from .._runtime._clock import Clock, SystemClock
 from .._runtime._completer import Finished
-from .._runtime._executor import JobExecutor, _CancelAfterError, _Failure
+from .._runtime._pool import WorkerPool
+from .._runtime._runner import JobRunner, _CancelAfterError, _Failure
 from .._runtime._supervisor import ClientRun
 from .._timeutil import utc_now
 from .._unique import unique_states_mask
@@ -145,8 +147,8 @@ class _NoDatabase:
         )
 
 
-class _RecordingExecutor(JobExecutor):
-    """The runtime's executor, remembering what the worker returned or raised."""
+class _RecordingRunner(JobRunner):
+    """The runtime's job runner, remembering what the worker returned or raised."""
 
     recorded: Any = None
 
@@ -175,8 +177,9 @@ def _check_registered(config: ClientConfig, kind: str) -> None:
 async def _execute(
     config: ClientConfig, client: Client, clock: Clock, row: JobRow
 ) -> tuple[Finished, Any, Mapping[str, Any]]:
-    """Run ``row`` through the runtime's executor; returns the completion, what the worker
-    returned or raised, and its staged metadata."""
+    """Run ``row`` as a producer runs a claimed row (a worker pool of one, its job timeout
+    watchdog included); returns the completion, what the worker returned or raised, and its
+    staged metadata."""
     send, receive = anyio.create_memory_object_stream[Finished](1)
     process_runner: Callable[..., Awaitable[Any]] | None = None
     reg = config.workers.get(row.kind)
@@ -184,7 +187,7 @@ async def _execute(
         from .._runtime._process import ProcessRunner
 
         process_runner = ProcessRunner(limit=1, stuck_threshold=config.job_stuck_threshold).run
-    executor = _RecordingExecutor(
+    runner = _RecordingRunner(
         config=config,
         client=client,
         clock=clock,
@@ -192,16 +195,17 @@ async def _execute(
         thread_limiter=anyio.CapacityLimiter(config.thread_workers),
         process_runner=process_runner,
     )
+    pool = WorkerPool(runner=runner, max_workers=1, name="river_anyio.testing worker")
     with send, receive:
         async with anyio.create_task_group() as tg:
-            tg.start_soon(executor.watch_timeouts)  # the job's timeout, as in a producer
-            await executor.execute(row, {})
-            tg.cancel_scope.cancel()
+            await tg.start(pool.run)
+            pool.dispatch([row])
+            pool.close()
         finished = receive.receive_nowait()
     updates: Mapping[str, Any] = {}
     if finished.completion.metadata_updates is not None:
         updates = json.loads(finished.completion.metadata_updates)
-    return finished, executor.recorded, updates
+    return finished, runner.recorded, updates
 
 
 def _outcome_and_error(recorded: Any) -> tuple[Outcome | None, BaseException | None]:
@@ -256,7 +260,7 @@ async def work_once(
     ``job`` is a row (see :func:`build_job`) or job args to build one from (with ``opts``). A
     row that is not ``running`` (say, one just inserted) is first claimed in memory, as a
     producer would claim it: ``running``, attempt + 1, this test client in ``attempted_by``.
-    The attempt runs on the runtime's executor: the worker's own timeout or ``job_timeout``
+    The attempt runs as a producer runs it: the worker's own timeout or ``job_timeout``
     (60 s by default, as in a client), thread and process workers, outcomes, errors and the
     retry decision are all the real ones; nothing is written anywhere, and the result says
     what would have been. Middleware and hooks are not applied unless passed here: the unit
@@ -304,7 +308,7 @@ async def work_with_client(
     workers: Workers | None = None,
 ) -> WorkResult:
     """Insert a job through ``client``, claim it as a producer would, work it with a real
-    context through the runtime's executor, write its completion and return the result with
+    context as a producer runs it, write its completion and return the result with
     the row as stored afterwards.
 
     With a running client (``ClientRun``) its configuration applies (middleware, hooks, error

@@ -189,12 +189,12 @@ def crash_on_second_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
     original = Producer._fetch_once
     calls = 0
 
-    async def fetch_once(self: Producer, jobs: Any) -> float:
+    async def fetch_once(self: Producer) -> float:
         nonlocal calls
         calls += 1
         if calls > 1:
             raise RuntimeError("producer bug")
-        return await original(self, jobs)
+        return await original(self)
 
     monkeypatch.setattr(Producer, "_fetch_once", fetch_once)
 

@@ -15,6 +15,7 @@ import os
 import threading
 import time
 import types
+import warnings
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -275,6 +276,47 @@ async def test_worker_next_retry_and_retry_policy(database_url: str, clock: Fixe
     assert_default_retry(fourth, clock.at, errors=0)
     # the policy saw the row before the new error was appended, and the clock's now
     assert sorted(policy_calls) == [(Other.kind, 1, 0, clock.at), (Third.kind, 1, 0, clock.at)]
+
+
+async def test_the_near_future_horizon_follows_the_scheduler_interval(
+    database_url: str, clock: FixedClock
+) -> None:
+    """Retries and snoozes due within ``maintenance.scheduler_interval`` are written
+    ``available`` (River's executor does the same); later ones wait for the scheduler."""
+
+    class Policy:
+        def next_retry(self, job: river.JobRow, now: dt.datetime) -> dt.datetime:
+            return now + sec(job.args["n"] if isinstance(job.args, dict) else 0)
+
+    workers = river.Workers()
+
+    @workers.register(Task)
+    async def snoozer(ctx: river.WorkContext, job: river.Job[Task]) -> Outcome:
+        return river.snooze(sec(job.args.n))
+
+    workers.add(Other, boom)
+    with warnings.catch_warnings():  # maintenance settings of a client that never leads
+        warnings.simplefilter("ignore")
+        client = running(
+            database_url,
+            workers,
+            clock=clock,
+            retry_policy=Policy(),
+            maintenance=river.MaintenanceConfig(scheduler_interval=30),
+        )
+        async with client as run:
+            with run.subscribe(K.JOB_SNOOZED, K.JOB_FAILED) as events:
+                args = [Task(n=30), Task(n=31), Other(n=30), Other(n=31)]
+                ids = [r.job.id for r in await run.client.insert_many(args)]
+                for _ in ids:
+                    await next_event(events)
+                rows = [await get_row(run, i) for i in ids]
+    assert [(r.state, r.scheduled_at) for r in rows] == [
+        (S.AVAILABLE, clock.at + sec(30)),
+        (S.SCHEDULED, clock.at + sec(31)),
+        (S.AVAILABLE, clock.at + sec(30)),
+        (S.RETRYABLE, clock.at + sec(31)),
+    ]
 
 
 # --- snooze, discard, cancel ------------------------------------------------------------------
@@ -582,9 +624,9 @@ async def test_pause_stops_claiming_and_resume_picks_up(
             armed = False
             fetched_after_insert = anyio.Event()
 
-            async def watched_fetch(jobs: Any) -> float:
+            async def watched_fetch() -> float:
                 began_armed = armed
-                result = await real_fetch(jobs)
+                result = await real_fetch()
                 if began_armed:
                     fetched_after_insert.set()
                 return result
@@ -1050,3 +1092,35 @@ async def test_one_worker_runs_jobs_after_a_timeout_and_a_remote_cancel(
     assert timed_out is not None
     [err] = timed_out.errors
     assert err.error == "JobTimeoutError: job timed out after 0.05s"
+
+
+async def test_timeouts_fire_in_deadline_order_after_many_finished_jobs(
+    database_url: str, clock: FixedClock
+) -> None:
+    """Hundreds of quick jobs with a long timeout finish first (their deadlines outlive
+    them); then a job with a long timeout and one with a short one, started in that order,
+    both hang: the short one times out first and the long one still times out."""
+
+    async def quick(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        return None
+
+    async def hangs(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        await anyio.sleep_forever()
+
+    workers = river.Workers()
+    workers.add(Task, quick, timeout=dt.timedelta(seconds=60))
+    workers.add(Other, hangs, timeout=dt.timedelta(seconds=0.6))
+    workers.add(Third, hangs, timeout=dt.timedelta(seconds=0.1))
+    async with running(database_url, workers, clock=clock) as run:
+        with run.subscribe(K.JOB_COMPLETED, K.JOB_FAILED) as events:
+            many = await run.client.insert_many([Task(n=i) for i in range(300)])
+            await events_for(events, [r.job.id for r in many], within=30)
+            slow = await run.client.insert(Other())
+            fast = await run.client.insert(Third())
+            first = await next_event(events, K.JOB_FAILED)
+            second = await next_event(events, K.JOB_FAILED)
+    assert [first.job.id, second.job.id] == [fast.job.id, slow.job.id]  # type: ignore[union-attr]
+    assert [e.job.errors[-1].error for e in (first, second)] == [  # type: ignore[union-attr]
+        "JobTimeoutError: job timed out after 0.1s",
+        "JobTimeoutError: job timed out after 0.6s",
+    ]

@@ -19,7 +19,7 @@ from river_anyio._client import Client
 from river_anyio._config import ClientConfig
 from river_anyio._events import EventHub
 from river_anyio._runtime._clock import SystemClock
-from river_anyio._runtime._producer import Producer
+from river_anyio._runtime._pacing import FetchPacer
 from river_anyio._runtime._supervisor import ClientRun
 
 from .lifecycle_support import (
@@ -456,10 +456,10 @@ def claim_ahead_fully(monkeypatch: pytest.MonkeyPatch) -> None:
     """Make every claim that meets a backlog allow ``max_workers`` rows claimed ahead (as
     quick jobs measure), so rows wait in the ready queue behind busy workers."""
 
-    def plan(self: Producer) -> None:
-        self._prefetch = self._max_workers if self._backlog else 0
+    def plan(self: FetchPacer, backlog: bool, finished: int) -> None:
+        self.prefetch = self.max_workers if backlog else 0
 
-    monkeypatch.setattr(Producer, "_plan_prefetch", plan)
+    monkeypatch.setattr(FetchPacer, "_plan_prefetch", plan)
 
 
 async def test_stop_and_cancel_gives_back_rows_claimed_ahead(

@@ -1,42 +1,163 @@
-"""How many rows a producer may claim ahead of its free slots (pure logic, no database)."""
+"""Fetch pacing and prefetch planning (pure logic, no database, no event loop): when a
+producer claims, how many rows, and how many it claims ahead of its free slots."""
 
 from __future__ import annotations
 
-import anyio
-import pytest
+from river_anyio._runtime._pacing import (
+    FETCH_BURST,
+    NO_LOW_WATER,
+    PREFETCH_HORIZON,
+    PREFETCH_MAX,
+    FetchPacer,
+)
 
-from river_anyio._runtime._producer import PREFETCH_HORIZON, PREFETCH_MAX, Producer
-
-pytestmark = pytest.mark.anyio
+MAX_WORKERS = 50
 
 
-def producer_after(*, finished: int, seconds: float, backlog: bool) -> Producer:
-    """A producer whose previous claim ended ``seconds`` ago, ``finished`` jobs since."""
-    p = Producer.__new__(Producer)
-    p._max_workers = 50
-    p._prefetch = 0
-    p._backlog = backlog
-    p._finished = finished
-    p._last_claim = (anyio.current_time() - seconds, 0)
+class ManualClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pacer(
+    clock: ManualClock, *, max_workers: int = MAX_WORKERS, cooldown: float = 0.1
+) -> FetchPacer:
+    return FetchPacer(
+        max_workers=max_workers,
+        cooldown=cooldown,
+        poll_interval=1.0,
+        clock=clock,
+        jitter=lambda low, high: 0.0,
+    )
+
+
+def after_backlog_claims(*, finished: int, seconds: float) -> FetchPacer:
+    """A pacer whose previous claim filled every slot ``seconds`` ago, ``finished`` jobs
+    finished since; the claim just made filled every slot again."""
+    clock = ManualClock()
+    p = pacer(clock)
+    p.fetching()
+    p.claimed(MAX_WORKERS, MAX_WORKERS, MAX_WORKERS, 0)
+    clock.now += seconds
+    p.fetching()
+    p.claimed(MAX_WORKERS, MAX_WORKERS, MAX_WORKERS, finished)
     return p
 
 
-async def test_quick_jobs_get_up_to_prefetch_max_times_max_workers() -> None:
-    p = producer_after(finished=10_000, seconds=0.1, backlog=True)  # 100,000 jobs/s
-    p._plan_prefetch()
-    assert p._prefetch == PREFETCH_MAX * 50
+# --- rows claimed ahead ------------------------------------------------------------------------
 
 
-async def test_rows_claimed_ahead_follow_the_measured_rate() -> None:
-    p = producer_after(finished=200, seconds=1.0, backlog=True)  # about 200 jobs/s
-    p._plan_prefetch()
-    assert 0 < p._prefetch <= int(200 * PREFETCH_HORIZON) + 1
+def test_quick_jobs_get_up_to_prefetch_max_times_max_workers() -> None:
+    p = after_backlog_claims(finished=10_000, seconds=0.1)  # 100,000 jobs/s
+    assert p.prefetch == PREFETCH_MAX * MAX_WORKERS
+    assert p.claim_size(MAX_WORKERS) == PREFETCH_MAX * MAX_WORKERS
 
 
-async def test_slow_jobs_and_an_empty_queue_get_none() -> None:
-    slow = producer_after(finished=5, seconds=1.0, backlog=True)
-    slow._plan_prefetch()
-    assert slow._prefetch == 0
-    drained = producer_after(finished=10_000, seconds=0.1, backlog=False)
-    drained._plan_prefetch()
-    assert drained._prefetch == 0
+def test_rows_claimed_ahead_follow_the_measured_rate() -> None:
+    p = after_backlog_claims(finished=200, seconds=1.0)  # about 200 jobs/s
+    assert 0 < p.prefetch <= int(200 * PREFETCH_HORIZON) + 1
+
+
+def test_slow_jobs_and_an_empty_queue_get_none() -> None:
+    slow = after_backlog_claims(finished=5, seconds=1.0)
+    assert slow.prefetch == 0
+    clock = ManualClock()
+    drained = pacer(clock)
+    drained.claimed(MAX_WORKERS, MAX_WORKERS, MAX_WORKERS, 0)
+    clock.now += 0.1
+    # fewer rows than asked for: the queue is drained, nothing is claimed ahead
+    assert drained.claimed(3, MAX_WORKERS, 3, 10_000) == NO_LOW_WATER
+    assert drained.prefetch == 0
+
+
+def test_the_first_claim_measures_nothing() -> None:
+    p = pacer(ManualClock())
+    p.claimed(MAX_WORKERS, MAX_WORKERS, MAX_WORKERS, 10_000)
+    assert p.prefetch == 0
+
+
+# --- refills of freed slots ---------------------------------------------------------------------
+
+
+def test_a_backlog_asks_for_a_claim_once_half_the_slots_are_free() -> None:
+    p = pacer(ManualClock())
+    p.fetching()
+    mark = p.claimed(MAX_WORKERS, MAX_WORKERS, MAX_WORKERS, 0)
+    assert mark == MAX_WORKERS - 25  # half of 50 free
+    assert p.idle_time() > 0  # nothing due until the pool reaches the mark
+    p.refill()
+    assert p.idle_time() == 0
+
+
+def test_the_refill_share_is_at_most_25_and_at_least_one() -> None:
+    assert pacer(ManualClock(), max_workers=200).low_water() == 200 - 25
+    assert pacer(ManualClock(), max_workers=1).low_water() == 0
+    assert pacer(ManualClock(), max_workers=3).low_water() == 1
+
+
+def test_rows_claimed_ahead_lower_the_mark_to_room_for_as_many() -> None:
+    p = after_backlog_claims(finished=10_000, seconds=0.1)
+    prefetch = p.prefetch
+    assert p.low_water() == MAX_WORKERS + prefetch - prefetch
+
+
+def test_room_to_claim_ahead_already_makes_the_next_claim_due_at_once() -> None:
+    p = pacer(ManualClock())
+    p.fetching()
+    # a full claim that leaves the pool at (or under) its mark: claim again now
+    assert p.claimed(10, 10, 10, 0) == NO_LOW_WATER
+    assert p.idle_time() == 0 and p.cooldown() == 0
+
+
+def test_a_full_pool_waits_for_its_mark() -> None:
+    p = pacer(ManualClock())
+    assert p.claim_size(MAX_WORKERS) == 0
+    assert p.full() == MAX_WORKERS - 25
+
+
+# --- the cooldown and the poll timer --------------------------------------------------------------
+
+
+def test_triggered_fetches_burst_then_wait_for_the_cooldown() -> None:
+    clock = ManualClock()
+    p = pacer(clock)
+    assert p.cooldown() == 0  # start-up: due
+    p.fetching()
+    for _ in range(FETCH_BURST):
+        assert p.cooldown() == 0
+        p.fetching()
+    assert 0 < p.cooldown() <= 0.1
+    clock.now += 0.1
+    assert p.cooldown() == 0
+
+
+def test_a_due_claim_bypasses_the_cooldown_and_does_not_count_against_it() -> None:
+    clock = ManualClock()
+    p = pacer(clock)
+    p.fetching()
+    for _ in range(FETCH_BURST):
+        p.fetching()
+    assert p.cooldown() > 0
+    p.refill()
+    assert p.cooldown() == 0
+    p.fetching()
+    p.resumed()
+    assert p.cooldown() == 0
+
+
+def test_the_poll_timer_and_a_failure_back_off() -> None:
+    clock = ManualClock()
+    p = pacer(clock)
+    p.fetching()
+    assert p.idle_time() == 1.0
+    clock.now += 0.4
+    assert abs(p.idle_time() - 0.6) < 1e-9
+    clock.now += 0.6
+    assert p.idle_time() == 0
+    p.cooldown()  # re-arms the timer once it fired
+    assert p.idle_time() == 1.0
+    p.failed(5.0)
+    assert p.idle_time() == 5.0

@@ -1,4 +1,8 @@
-"""Running one job: its own cancel scope and timeout, the middleware chain, and the outcome.
+"""Running one job: the middleware chain, the worker, and the outcome handed to the completer.
+
+The :class:`JobRunner` is the one path a job runs through, for producers and for
+``river_anyio.testing`` alike (both drive it from a :class:`~._pool.WorkerPool`, which owns the
+attempts, their cancel scopes and deadlines).
 
 An attempt ends in exactly one completion handed to the completer:
 
@@ -47,19 +51,18 @@ from .._work import (
     WorkContext,
     _Unset,
 )
+from ._attempt import Attempt, CancelReason
 from ._completer import Finished
-from ._util import REMOTE_CANCEL_REASON, Wakeup, loop_clock
+from ._util import REMOTE_CANCEL_REASON, loop_clock
 
 if TYPE_CHECKING:
     from .._client import Client
     from ._clock import Clock
 
-__all__ = ["Attempt", "JobExecutor", "UnknownJobKindError"]
+__all__ = ["JobRunner", "UnknownJobKindError"]
 
-logger = logging.getLogger("river_anyio.executor")
+logger = logging.getLogger("river_anyio.executor")  # the name users filter on
 
-#: Retries and snoozes due within this are written ``available`` (River's scheduler interval).
-NEAR_FUTURE = dt.timedelta(seconds=5)
 MAX_ERROR_TEXT = 32_768
 _default_policy = DefaultRetryPolicy()
 
@@ -115,38 +118,8 @@ class _Failure:
         self.trace = trace
 
 
-class Attempt:
-    """One attempt at a job, from :meth:`JobExecutor.begin` to :meth:`JobExecutor.end`."""
-
-    __slots__ = (
-        "ctx",
-        "deadline",
-        "job",
-        "reg",
-        "remote",
-        "result",
-        "row",
-        "start",
-        "started",
-        "timeout",
-    )
-
-    def __init__(self, row: JobRow, start: dt.datetime, started: float) -> None:
-        self.row = row
-        self.start = start
-        self.started = started
-        self.reg: Registration | None = None
-        self.job: Job[Any] | None = None
-        self.ctx: WorkContext | None = None
-        self.timeout: float | None = None
-        self.deadline = math.inf
-        self.result: Any = None
-        #: cancelled remotely while it ran
-        self.remote = False
-
-
-class JobExecutor:
-    """Executes claimed jobs for one producer."""
+class JobRunner:
+    """Runs the attempts of one queue's jobs (or of a test's)."""
 
     def __init__(
         self,
@@ -164,14 +137,9 @@ class JobExecutor:
         self._send = send
         self._thread_limiter = thread_limiter
         self._process_runner = process_runner
-        self.remote_cancelled: set[int] = set()
-        #: running jobs whose scope was cancelled (remote cancel, timeout): cheaper to ask
-        #: than the scope itself (trio reads its clock for ``cancel_called``)
-        self.spent: set[int] = set()
-        # job timeouts: one watchdog task (``watch_timeouts``) instead of a timer per job
-        self._deadlines: dict[int, tuple[float, anyio.CancelScope]] = {}
-        self._watch_at = math.inf
-        self._watch_wake = Wakeup()
+        #: retries and snoozes due within this are written ``available``, as River does: the
+        #: scheduler would make them available no later than that anyway
+        self._near_future = dt.timedelta(seconds=config.maintenance.scheduler_interval)
         self._loop_time: Callable[[], float] | None = None
         self._now = clock.now
         #: no hooks or middleware to wrap workers in
@@ -179,27 +147,16 @@ class JobExecutor:
         # args class -> its cattrs structure hook, looked up once
         self._structure: dict[type, Callable[[Any, type], Any]] = {}
 
-    async def execute(self, row: JobRow, scopes: dict[int, anyio.CancelScope]) -> None:
-        """Run one job, in a cancel scope of its own, to its completion (or interruption) and
-        hand the result on."""
-        attempt = self.begin(row)
-        try:
-            if attempt.job is not None:
-                with anyio.CancelScope() as scope:
-                    await self.run(attempt, scope, scopes)
-        except anyio.get_cancelled_exc_class():
-            await self.interrupt(attempt)
-            raise
-        await self.end(attempt)
-
-    def begin(self, row: JobRow) -> Attempt:
-        """Start an attempt: look up the worker and decode the args. The attempt is ready to
+    def begin(self, attempt: Attempt) -> None:
+        """Begin an attempt: look up the worker and decode the args. The attempt is ready to
         :meth:`run` when ``attempt.job`` is set; otherwise its result is already decided."""
-        attempt = Attempt(row, self._now(), time.monotonic())
+        row = attempt.row
+        attempt.start = self._now()
+        attempt.started = time.monotonic()
         reg = attempt.reg = self._config.workers.get(row.kind)
         if reg is None:
             attempt.result = _Failure(UnknownJobKindError(row.kind), trace=False)
-            return attempt
+            return
         cls = reg.args_cls
         structure = self._structure.get(cls)
         if structure is None:
@@ -208,7 +165,7 @@ class JobExecutor:
             job: Job[Any] = _make_job(row, structure(row.args, cls))
         except Exception as exc:
             attempt.result = _Failure(ValueError(f"cannot decode args of {row.kind!r}: {exc}"))
-            return attempt
+            return
         own = reg.job_timeout(job)
         timeout = self._config.job_timeout if isinstance(own, _Unset) else own
         deadline = math.inf
@@ -224,29 +181,19 @@ class JobExecutor:
             client=self._client, job=row, deadline=None if timeout is None else deadline
         )
         attempt.result = _PENDING
-        return attempt
 
-    async def run(
-        self, attempt: Attempt, scope: anyio.CancelScope, scopes: dict[int, anyio.CancelScope]
-    ) -> bool:
-        """Run the worker of a begun attempt under ``scope``: the scope a remote cancel or the
-        timeout watchdog cancels. A caller may run many attempts, one after the other, under
-        one scope, as long as it stops using the scope once it was cancelled (this returns
-        True): nothing refers to it for this job once this returns (or raises)."""
-        job_id = attempt.row.id
+    async def run(self, attempt: Attempt, scope: anyio.CancelScope) -> bool:
+        """Run the worker of a begun attempt under ``scope``, the scope its cancellation
+        (remote cancel, timeout) cancels. A caller may run many attempts, one after the
+        other, under one scope, as long as it stops using the scope once it was cancelled
+        (this returns True): nothing refers to it for this job once this returns (or raises)."""
         ctx = attempt.ctx
         job = attempt.job
         reg = attempt.reg
         assert ctx is not None
         assert job is not None
         assert reg is not None
-        scopes[job_id] = scope
-        if attempt.timeout is not None:
-            deadline = attempt.deadline
-            self._deadlines[job_id] = (deadline, scope)
-            if deadline < self._watch_at:
-                self._watch_at = deadline
-                self._watch_wake.set()
+        attempt.scope = scope
         try:
             if self._plain and reg.run_in == "loop":
                 attempt.result = await reg.work(ctx, job)  # the common case, unwrapped
@@ -255,18 +202,10 @@ class JobExecutor:
         except Exception as exc:
             attempt.result = _Failure(exc)
         finally:
-            del scopes[job_id]
-            self._deadlines.pop(job_id, None)
-            spent = self.spent
-            cancelled = bool(spent) and job_id in spent
-            if cancelled:
-                spent.discard(job_id)
+            attempt.scope = None
+            if attempt.reason is not None:
                 ctx.cancelled.set()
-            remote = self.remote_cancelled
-            if remote and job_id in remote:
-                remote.discard(job_id)
-                attempt.remote = True
-        return cancelled
+        return attempt.reason is not None
 
     async def end(self, attempt: Attempt) -> None:
         """Decide the attempt's outcome and hand it to the completer (interrupted when the
@@ -293,6 +232,7 @@ class JobExecutor:
 
     async def interrupt(self, attempt: Attempt) -> None:
         """The client is stopping and cancelled this attempt: give the job back, unharmed."""
+        attempt.reason = CancelReason.STOP
         await self._hand_off(self._interrupted(attempt.row, attempt.start, attempt.started))
 
     async def _conclude(self, attempt: Attempt) -> Finished:
@@ -301,11 +241,12 @@ class JobExecutor:
         job = attempt.job
         result = attempt.result
         ctx = attempt.ctx
+        start = attempt.start
         if reg is None or job is None or ctx is None:
             if isinstance(result, _Failure):
                 result = await self._handle_error(row, result)
-            return self._finish(row, reg, job, result, attempt.start, attempt.started, None)
-        remote = attempt.remote
+            return self._finish(row, reg, job, result, start, attempt.started, None)
+        remote = attempt.reason is CancelReason.REMOTE
         if ctx._resumable is not None or has_progress(row.metadata):
             result = _resumable_outcome(ctx, result)
         if not isinstance(result, _OUTCOMES) and result is not _PENDING:
@@ -321,24 +262,7 @@ class JobExecutor:
             result = CancelOutcome(REMOTE_CANCEL_REASON)
         if isinstance(result, _Failure) and not remote:
             result = await self._handle_error(row, result)
-        return self._finish(row, reg, job, result, attempt.start, attempt.started, ctx)
-
-    async def watch_timeouts(self) -> None:
-        """Cancels each running job whose deadline has passed; sleeps until the earliest."""
-        deadlines = self._deadlines
-        while True:
-            now = anyio.current_time()
-            earliest = math.inf
-            for job_id, (deadline, scope) in list(deadlines.items()):
-                if deadline <= now:
-                    del deadlines[job_id]
-                    self.spent.add(job_id)
-                    scope.cancel()
-                elif deadline < earliest:
-                    earliest = deadline
-            self._watch_at = earliest
-            with anyio.CancelScope(deadline=earliest):
-                await self._watch_wake.wait()
+        return self._finish(row, reg, job, result, start, attempt.started, ctx)
 
     async def give_back(self, row: JobRow) -> None:
         """A claimed job that never started (the client stopped): back to ``available``."""
@@ -519,7 +443,9 @@ class JobExecutor:
             meta["snoozes"] = _snoozes(row.metadata) + 1
             at = now + result.duration
             params.update(
-                state=JobState.AVAILABLE if result.duration <= NEAR_FUTURE else JobState.SCHEDULED,
+                state=JobState.AVAILABLE
+                if result.duration <= self._near_future
+                else JobState.SCHEDULED,
                 scheduled_at=at,
                 attempt_new=max(row.attempt - 1, 0),
             )
@@ -554,7 +480,9 @@ class JobExecutor:
             else:
                 nxt = self._next_retry(row, reg, job, now)
                 params.update(
-                    state=JobState.AVAILABLE if nxt - now <= NEAR_FUTURE else JobState.RETRYABLE,
+                    state=JobState.AVAILABLE
+                    if nxt - now <= self._near_future
+                    else JobState.RETRYABLE,
                     scheduled_at=nxt,
                     error=elem,
                 )

@@ -1,0 +1,158 @@
+"""When a producer claims and how many rows: pure logic, no I/O, nothing awaited.
+
+Fetch triggers (River's): start-up; an insert notification for this queue; the poll timer
+every ``fetch_poll_interval`` plus jitter ``U[0, max(interval/10, 10 ms))``; a resume.
+Notification- and poll-triggered fetches are rate limited by ``fetch_cooldown``, the guard
+against notification storms: up to ``FETCH_BURST`` fetches per cooldown window, so a job
+inserted a few milliseconds after another is still picked up at once, while a storm is capped
+at ``FETCH_BURST / fetch_cooldown`` fetches per second.
+
+Beyond River, freed slots are refilled promptly while a backlog exists (the last claim filled
+every free slot): once a worthwhile share of the slots is free (half of them, at most 25) a
+claim runs without waiting for the cooldown, so a busy queue is not capped at one claim per
+cooldown. The pacer expresses that as a *low-water mark*: the number of attempts the worker
+pool may hold at most before it asks for a claim. While that backlog lasts and jobs finish
+quickly, the producer also claims ahead: up to ``PREFETCH_MAX × max_workers`` extra rows, no
+more than the workers get through in ``PREFETCH_HORIZON`` at the rate measured between
+claims, may wait in the ready queue, so the next claim's round trip overlaps the jobs being
+run instead of following them. Long jobs measure a low rate and get no prefetch.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Callable
+
+from .._limiter import BurstLimiter
+
+__all__ = ["FETCH_BURST", "NO_LOW_WATER", "PREFETCH_HORIZON", "PREFETCH_MAX", "FetchPacer"]
+
+#: Notification- and poll-triggered fetches allowed per ``fetch_cooldown`` window.
+FETCH_BURST = 25
+#: Claimed-ahead rows are limited to what the workers start within this many seconds...
+PREFETCH_HORIZON = 0.05
+#: ...and to this many times ``max_workers``.
+PREFETCH_MAX = 2
+#: A low-water mark no pool reaches: no claim is wanted when jobs finish.
+NO_LOW_WATER = -1
+
+
+class FetchPacer:
+    """Decides when a producer's fetch loop claims, and how many rows, from what it is told:
+    wake-ups, claims made, jobs finished. ``clock`` is the event loop's clock in a producer
+    and a manual one in tests; ``jitter`` draws the poll timer's jitter."""
+
+    def __init__(
+        self,
+        *,
+        max_workers: int,
+        cooldown: float,
+        poll_interval: float,
+        clock: Callable[[], float],
+        jitter: Callable[[float, float], float] = random.uniform,
+    ) -> None:
+        self.max_workers = max_workers
+        self.poll_interval = poll_interval
+        #: the share of free slots worth a claim of its own
+        self.refill_at = max(1, min(25, math.ceil(max_workers / 2)))
+        #: rows the next claims may take beyond the free slots
+        self.prefetch = 0
+        self._clock = clock
+        self._jitter = jitter
+        self._limiter = BurstLimiter(cooldown, FETCH_BURST, clock=clock)
+        # the previous claim's end: (time, jobs finished by then)
+        self._last_claim: tuple[float, int] | None = None
+        #: a claim is due without waiting for a wake-up or the cooldown (start-up, resume,
+        #: a refill of freed slots)
+        self._due = True
+        self._next_poll = clock() + self._poll_delay()
+
+    def _poll_delay(self) -> float:
+        p = self.poll_interval
+        return p + self._jitter(0, max(p / 10, 0.01))
+
+    # --- the fetch loop's questions --------------------------------------------------------
+
+    def idle_time(self) -> float:
+        """How long the loop waits for a wake-up before fetching anyway (the poll timer);
+        0 when a claim is due."""
+        if self._due:
+            return 0.0
+        return max(0.0, self._next_poll - self._clock())
+
+    def cooldown(self) -> float:
+        """Called on waking: how long to wait before fetching (the burst limiter's delay; 0
+        for a claim that is due, which bypasses it). Re-arms the poll timer once it fired."""
+        now = self._clock()
+        if now >= self._next_poll:
+            self._next_poll = now + self._poll_delay()
+        return 0.0 if self._due else self._limiter.delay()
+
+    def fetching(self) -> None:
+        """A fetch begins: it counts against the cooldown unless it was due."""
+        if not self._due:
+            self._limiter.record()
+        self._due = False
+
+    def claim_size(self, active: int) -> int:
+        """How many rows a claim may take with ``active`` attempts held (claimed or running):
+        the free slots plus the rows that may be claimed ahead; 0 or less: none."""
+        return self.max_workers + self.prefetch - active
+
+    def low_water(self) -> int:
+        """The most attempts the pool may hold for a claim to be worthwhile: half the slots
+        free (at most 25), or while rows are claimed ahead, room for as many rows as may be
+        claimed ahead, so the claim's round trip runs while that many rows are still ready."""
+        return self.max_workers + self.prefetch - max(self.refill_at, self.prefetch)
+
+    def full(self) -> int:
+        """No room for a claim: the low-water mark at which finishing jobs ask for one."""
+        return self.low_water()
+
+    def claimed(self, got: int, limit: int, active: int, finished: int) -> int:
+        """A claim of up to ``limit`` rows returned ``got``; the pool now holds ``active``
+        attempts and has finished ``finished`` jobs in all. Plans the rows to claim ahead and
+        returns the low-water mark for the pool (``NO_LOW_WATER`` when the queue is drained,
+        or when the next claim is due at once)."""
+        backlog = got == limit
+        self._plan_prefetch(backlog, finished)
+        if not backlog:
+            return NO_LOW_WATER
+        mark = self.low_water()
+        if active <= mark:
+            # room to claim ahead already: the next claim overlaps the jobs just claimed
+            self._due = True
+            return NO_LOW_WATER
+        return mark
+
+    def failed(self, delay: float) -> None:
+        """A claim failed: the next one waits ``delay`` (a back-off), then the poll timer."""
+        self._next_poll = self._clock() + delay
+        self._due = False
+
+    def refill(self) -> None:
+        """The pool fell to its low-water mark: a claim is due."""
+        self._due = True
+
+    def resumed(self) -> None:
+        """The queue was resumed: a claim is due."""
+        self._due = True
+
+    def _plan_prefetch(self, backlog: bool, finished: int) -> None:
+        """After a claim: how many rows the next claims may take beyond the free slots.
+
+        Only while a backlog lasts, and only as many as the workers finish within
+        ``PREFETCH_HORIZON`` at the rate measured since the previous claim, so rows claimed
+        ahead start promptly and slow jobs get none.
+        """
+        now = self._clock()
+        previous, self._last_claim = self._last_claim, (now, finished)
+        self.prefetch = 0
+        if not backlog or previous is None:
+            return
+        elapsed = now - previous[0]
+        if elapsed <= 0:
+            return
+        rate = (finished - previous[1]) / elapsed
+        self.prefetch = min(PREFETCH_MAX * self.max_workers, int(rate * PREFETCH_HORIZON))

@@ -1,0 +1,292 @@
+"""A queue's worker pool: the one owner of its attempts, their cancel scopes and deadlines.
+
+Claimed rows become :class:`~._attempt.Attempt` records in one mapping (job id -> attempt) and
+wait in one ready queue. At most ``max_workers`` long-lived worker tasks run them (spawning a
+task per job costs more than a short job); the task that owns the jobs nursery spawns them on
+request. Workers wake one another in a chain, so jobs that wait still run concurrently while
+jobs that never wait run back to back on one worker, and each worker keeps one cancel scope
+across its jobs until a cancellation spends it. A remote cancel, a job's timeout and the
+client's stop set the attempt's reason and cancel its scope; timeouts come from one watchdog
+task sleeping until the earliest deadline of a heap (entries of finished attempts are skipped,
+and pruned once they outnumber the running ones).
+
+Shutdown: :meth:`WorkerPool.close` says no more rows come; the workers finish what is ready
+and leave, and :meth:`WorkerPool.run` returns. Cancellation (a stop timeout, stop-and-cancel)
+comes from the enclosing scope: running attempts are interrupted and rows never begun are
+given back.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import anyio
+import anyio.lowlevel
+from anyio.abc import TaskStatus
+
+from ._attempt import Attempt, CancelReason
+from ._pacing import NO_LOW_WATER
+from ._util import Wakeup
+
+if TYPE_CHECKING:
+    from .._job import JobRow
+    from ._runner import JobRunner
+
+__all__ = ["WorkerPool"]
+
+#: Stale heap entries tolerated before a prune, beyond twice the running attempts.
+_PRUNE_SLACK = 64
+
+
+class _Slot:
+    """An idle worker's wake-up."""
+
+    __slots__ = ("wake",)
+
+    def __init__(self) -> None:
+        self.wake = anyio.Event()
+
+
+class WorkerPool:
+    """Runs claimed rows on up to ``max_workers`` workers. Started with
+    ``await tg.start(pool.run)``; ``on_low_water`` is called (from a worker, synchronously)
+    when a finished job leaves at most :attr:`low_water` attempts."""
+
+    def __init__(
+        self,
+        *,
+        runner: JobRunner,
+        max_workers: int,
+        name: str,
+        on_low_water: Callable[[], None] | None = None,
+    ) -> None:
+        self._runner = runner
+        self._max_workers = max_workers
+        self._name = name
+        self._on_low_water = on_low_water
+        #: every attempt claimed and not yet handed to the completer
+        self._attempts: dict[int, Attempt] = {}
+        #: attempts claimed and not begun, in claim order
+        self._ready: deque[Attempt] = deque()
+        self._idle: list[_Slot] = []
+        #: workers running or asked for
+        self._workers = 0
+        #: workers asked for that the owner task has not spawned yet
+        self._to_spawn = 0
+        #: a worker woken or spawned that has not run yet: the chain wakes one at a time
+        self._on_its_way = 0
+        self._spawn = Wakeup()
+        self._closed = anyio.Event()
+        # job deadlines: (deadline, id, attempt), the earliest first
+        self._deadlines: list[tuple[float, int, Attempt]] = []
+        self._prune_at = _PRUNE_SLACK
+        self._watch_at = math.inf
+        self._watch_wake = Wakeup()
+        #: a finished job leaving at most this many attempts calls ``on_low_water`` (once)
+        self.low_water = NO_LOW_WATER
+        #: jobs finished so far
+        self.finished = 0
+
+    def __len__(self) -> int:
+        """Attempts held: claimed, running, or concluding."""
+        return len(self._attempts)
+
+    def job_ids(self) -> list[int]:
+        """The ids of the attempts held."""
+        return list(self._attempts)
+
+    # --- what the producer (or a test) does -----------------------------------------------
+
+    def dispatch(self, rows: list[JobRow]) -> None:
+        """Take claimed rows and get a worker going on them."""
+        attempts = self._attempts
+        ready = self._ready
+        for row in rows:
+            attempt = Attempt(row)
+            attempts[row.id] = attempt
+            ready.append(attempt)
+        self._kick()
+
+    def cancel(self, job_id: int, reason: CancelReason) -> Attempt | None:
+        """Cancel a running attempt; returns it, or None when that job is not running."""
+        attempt = self._attempts.get(job_id)
+        if attempt is None or attempt.scope is None:
+            return None
+        attempt.reason = reason
+        attempt.scope.cancel(reason.value)
+        return attempt
+
+    def close(self) -> None:
+        """No more rows come: workers finish what is ready and leave."""
+        self._closed.set()
+        while self._idle:
+            self._idle.pop().wake.set()
+        self._spawn.set()
+
+    # --- the service ----------------------------------------------------------------------
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Own the jobs nursery until closed and every worker has left; give back the rows
+        never begun if cancelled."""
+        try:
+            async with anyio.create_task_group() as timers:
+                timers.start_soon(self._watch_deadlines, name=f"{self._name} timeouts")
+                async with anyio.create_task_group() as jobs:
+                    task_status.started()
+                    spawn = self._spawn
+                    while True:
+                        await spawn.wait()
+                        while self._to_spawn:
+                            self._to_spawn -= 1
+                            jobs.start_soon(self._worker, name=self._name)
+                        if self._closed.is_set() and not self._workers:
+                            break
+                timers.cancel_scope.cancel("worker pool closed")
+        finally:
+            await self.give_back()
+
+    async def give_back(self) -> None:
+        """Give back the rows claimed and never begun (the jobs nursery was cancelled, or a
+        claim returned after it was): ``available`` again, attempt restored."""
+        ready = self._ready
+        if ready:
+            with anyio.CancelScope(shield=True):
+                while ready:
+                    attempt = ready.popleft()
+                    del self._attempts[attempt.row.id]
+                    await self._runner.give_back(attempt.row)
+
+    def _kick(self) -> None:
+        """Get one more worker onto the ready rows, unless one is on its way already.
+
+        Workers wake one another in a chain: a worker that takes a row while more are ready
+        kicks the next worker before it begins its job. Jobs that wait run concurrently, one
+        more starting each scheduling round, while jobs that never wait are run back to back
+        by the first worker, without a task switch per job.
+        """
+        if self._on_its_way or not self._ready:
+            return
+        if self._idle:
+            self._on_its_way = 1
+            self._idle.pop().wake.set()
+        elif self._workers < self._max_workers:
+            self._on_its_way = 1
+            self._workers += 1
+            self._to_spawn += 1
+            self._spawn.set()
+
+    async def _worker(self) -> None:
+        attempts = self._attempts
+        ready = self._ready
+        idle = self._idle
+        closed = self._closed
+        runner = self._runner
+        begin = runner.begin
+        run = runner.run
+        end = runner.end
+        deadlines = self._deadlines
+        slot = _Slot()
+        self._on_its_way = 0
+        try:
+            while True:
+                # One cancel scope serves this worker's jobs one after the other, until a
+                # remote cancel or a timeout cancels it for the job it is running: that job
+                # is then concluded outside it and the next job gets a fresh scope.
+                attempt: Attempt | None = None
+                try:
+                    with anyio.CancelScope() as scope:
+                        while True:
+                            if not ready:
+                                if closed.is_set():
+                                    return
+                                slot.wake = anyio.Event()
+                                idle.append(slot)
+                                await slot.wake.wait()
+                                self._on_its_way = 0
+                                continue
+                            attempt = ready.popleft()
+                            if ready:
+                                self._kick()
+                            begin(attempt)
+                            if attempt.job is not None:
+                                if attempt.timeout is not None:
+                                    deadline = attempt.deadline
+                                    heapq.heappush(deadlines, (deadline, id(attempt), attempt))
+                                    if deadline < self._watch_at:
+                                        self._watch_at = deadline
+                                        self._watch_wake.set()
+                                    elif len(deadlines) > self._prune_at:
+                                        self._prune()
+                                if await run(attempt, scope):
+                                    break  # the scope is spent: conclude the job outside it
+                            done, attempt = attempt, None
+                            try:
+                                await end(done)
+                            finally:
+                                del attempts[done.row.id]
+                                self.finished += 1
+                                claim = len(attempts) <= self.low_water
+                            if claim:
+                                self._low_water()
+                                # let the fetch loop send its claim now, so its round trip
+                                # overlaps the jobs still ready (these may never yield)
+                                await anyio.lowlevel.cancel_shielded_checkpoint()
+                except anyio.get_cancelled_exc_class():
+                    if attempt is not None:  # the client cancelled it
+                        try:
+                            await runner.interrupt(attempt)
+                        finally:
+                            self._done(attempt)
+                    raise
+                if attempt is not None:  # its own cancellation spent the scope
+                    try:
+                        await end(attempt)
+                    finally:
+                        self._done(attempt)
+        finally:
+            self._workers -= 1
+            if slot in idle:
+                idle.remove(slot)
+            if not self._workers:
+                self._spawn.set()  # the owner may be waiting for the last one to leave
+
+    def _done(self, attempt: Attempt) -> None:
+        """Forget a finished attempt (off the hot path: after a cancellation)."""
+        del self._attempts[attempt.row.id]
+        self.finished += 1
+        if len(self._attempts) <= self.low_water:
+            self._low_water()
+
+    def _low_water(self) -> None:
+        self.low_water = NO_LOW_WATER
+        if self._on_low_water is not None:
+            self._on_low_water()
+
+    # --- timeouts -------------------------------------------------------------------------
+
+    def _prune(self) -> None:
+        """Drop the heap entries of attempts no longer running."""
+        live = [entry for entry in self._deadlines if entry[2].scope is not None]
+        heapq.heapify(live)
+        self._deadlines[:] = live
+        self._prune_at = 2 * len(live) + _PRUNE_SLACK
+
+    async def _watch_deadlines(self) -> None:
+        """Cancel each running attempt whose deadline has passed; sleep until the earliest."""
+        deadlines = self._deadlines
+        while True:
+            now = anyio.current_time()
+            while deadlines and deadlines[0][0] <= now:
+                attempt = heapq.heappop(deadlines)[2]
+                if attempt.scope is not None:
+                    attempt.reason = CancelReason.TIMEOUT
+                    attempt.scope.cancel(CancelReason.TIMEOUT.value)
+            while deadlines and deadlines[0][2].scope is None:  # finished already
+                heapq.heappop(deadlines)
+            self._watch_at = deadlines[0][0] if deadlines else math.inf
+            with anyio.CancelScope(deadline=self._watch_at):
+                await self._watch_wake.wait()

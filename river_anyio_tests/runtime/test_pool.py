@@ -1,0 +1,221 @@
+"""The worker pool on its own (no database): workers spawned on demand up to max_workers,
+cancel reasons on the attempt, timeouts, the low-water call, and what a cancelled pool gives
+back. The job runner is a small stand-in keeping JobRunner's contract (the attempt's scope is
+set only while its work runs); the real one runs under the pool in every client test."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar, cast
+
+import anyio
+import anyio.lowlevel
+import attrs
+import pytest
+
+from river_anyio import JobRow
+from river_anyio._runtime._attempt import Attempt, CancelReason
+from river_anyio._runtime._pool import WorkerPool
+from river_anyio._runtime._runner import JobRunner
+from river_anyio.testing import build_job
+
+pytestmark = pytest.mark.anyio
+
+
+@attrs.frozen
+class Args:
+    kind: ClassVar[str] = "pool_test"
+    n: int = 0
+
+
+def rows(count: int) -> list[JobRow]:
+    return [build_job(Args(n=i), id=i + 1) for i in range(count)]
+
+
+class StandInRunner:
+    """Runs ``work(attempt)`` as the attempt's job, with an optional timeout."""
+
+    def __init__(
+        self, work: Callable[[Attempt], Awaitable[None]], timeout: float | None = None
+    ) -> None:
+        self.work = work
+        self.timeout = timeout
+        self.running = 0
+        self.most_running = 0
+        self.ended: list[tuple[int, CancelReason | None]] = []
+        self.interrupted: list[int] = []
+        self.given_back: list[int] = []
+
+    def begin(self, attempt: Attempt) -> None:
+        attempt.start = dt.datetime.now(dt.UTC)
+        attempt.started = time.monotonic()
+        attempt.job = cast(Any, attempt.row)
+        attempt.timeout = self.timeout
+        if self.timeout is not None:
+            attempt.deadline = anyio.current_time() + self.timeout
+
+    async def run(self, attempt: Attempt, scope: anyio.CancelScope) -> bool:
+        attempt.scope = scope
+        self.running += 1
+        self.most_running = max(self.most_running, self.running)
+        try:
+            await self.work(attempt)
+        finally:
+            self.running -= 1
+            attempt.scope = None
+        return attempt.reason is not None
+
+    async def end(self, attempt: Attempt) -> None:
+        self.ended.append((attempt.row.id, attempt.reason))
+
+    async def interrupt(self, attempt: Attempt) -> None:
+        attempt.reason = CancelReason.STOP
+        self.interrupted.append(attempt.row.id)
+
+    async def give_back(self, row: JobRow) -> None:
+        self.given_back.append(row.id)
+
+
+def pool_of(runner: StandInRunner, max_workers: int, **kwargs: Any) -> WorkerPool:
+    return WorkerPool(
+        runner=cast(JobRunner, runner), max_workers=max_workers, name="test", **kwargs
+    )
+
+
+async def test_jobs_that_wait_run_concurrently_up_to_max_workers() -> None:
+    release = anyio.Event()
+    three_running = anyio.Event()
+    runner: StandInRunner
+
+    async def waits(attempt: Attempt) -> None:
+        if runner.running == 3:
+            three_running.set()
+        await release.wait()
+
+    runner = StandInRunner(waits)
+    pool = pool_of(runner, 3)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(7))
+            await three_running.wait()
+            assert len(pool) == 7
+            release.set()
+            pool.close()
+    assert runner.most_running == 3
+    assert sorted(i for i, _ in runner.ended) == list(range(1, 8))
+    assert len(pool) == 0 and pool.finished == 7
+
+
+async def test_a_remote_cancel_is_the_attempts_reason_and_ends_that_job_only() -> None:
+    started = anyio.Event()
+
+    async def first_hangs(attempt: Attempt) -> None:
+        if attempt.row.id == 1:
+            started.set()
+            await anyio.sleep_forever()
+        await anyio.lowlevel.checkpoint()  # the next job, on a fresh scope, may wait
+
+    runner = StandInRunner(first_hangs)
+    pool = pool_of(runner, 1)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(2))
+            await started.wait()
+            assert pool.cancel(2, CancelReason.REMOTE) is None  # claimed, not running
+            assert pool.cancel(99, CancelReason.REMOTE) is None
+            cancelled = pool.cancel(1, CancelReason.REMOTE)
+            assert cancelled is not None and cancelled.row.id == 1
+            pool.close()
+    assert runner.ended == [(1, CancelReason.REMOTE), (2, None)]
+
+
+async def test_a_timeout_is_the_attempts_reason() -> None:
+    async def hangs_first(attempt: Attempt) -> None:
+        if attempt.row.id == 1:
+            await anyio.sleep_forever()
+
+    runner = StandInRunner(hangs_first, timeout=0.05)
+    pool = pool_of(runner, 2)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(3))
+            pool.close()
+    assert sorted(runner.ended, key=lambda e: e[0]) == [
+        (1, CancelReason.TIMEOUT),
+        (2, None),
+        (3, None),
+    ]
+
+
+async def test_many_finished_deadlines_do_not_delay_a_later_timeout() -> None:
+    async def quick_then_hangs(attempt: Attempt) -> None:
+        if attempt.row.id == 1000:
+            await anyio.sleep_forever()
+
+    runner = StandInRunner(quick_then_hangs, timeout=0.2)
+    pool = pool_of(runner, 4)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(1000))
+            pool.close()
+    assert runner.ended[-1] == (1000, CancelReason.TIMEOUT)
+    assert len(runner.ended) == 1000
+
+
+async def test_the_low_water_mark_calls_back_once() -> None:
+    calls: list[int] = []
+    pool: WorkerPool
+
+    async def quick(attempt: Attempt) -> None:
+        return None
+
+    pool = pool_of(StandInRunner(quick), 2, on_low_water=lambda: calls.append(len(pool)))
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.low_water = 2
+            pool.dispatch(rows(5))
+            pool.close()
+    assert calls == [2]
+
+
+async def test_a_cancelled_pool_interrupts_running_jobs_and_gives_back_the_rest() -> None:
+    started = anyio.Event()
+
+    async def hangs(attempt: Attempt) -> None:
+        started.set()
+        await anyio.sleep_forever()
+
+    runner = StandInRunner(hangs)
+    pool = pool_of(runner, 1)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(3))
+            await started.wait()
+            tg.cancel_scope.cancel("stop and cancel")
+    assert runner.interrupted == [1]
+    assert runner.given_back == [2, 3]
+    assert runner.ended == []
+    assert len(pool) == 0
+
+
+async def test_rows_dispatched_after_the_pool_was_cancelled_are_given_back() -> None:
+    async def quick(attempt: Attempt) -> None:
+        return None
+
+    runner = StandInRunner(quick)
+    pool = pool_of(runner, 1)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            tg.cancel_scope.cancel("stop and cancel")
+    pool.dispatch(rows(2))  # a claim that returned after the cancellation
+    await pool.give_back()
+    assert runner.given_back == [1, 2] and len(pool) == 0
