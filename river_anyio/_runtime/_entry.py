@@ -17,6 +17,7 @@ from .._events import EventHub
 from .._job import MAX_ATTEMPTS_DEFAULT
 from .._work import UNSET
 from ..drivers import Driver, dialect_of_url, open_driver
+from ..migrate._migrator import require_schema
 from ._clock import SystemClock
 from ._supervisor import ClientCrashedError, ClientRun, _leaves
 
@@ -113,6 +114,7 @@ async def _driver_for(
 ) -> AsyncIterator[Driver]:
     if isinstance(database, str):
         async with open_driver(database, schema=config.schema, **(driver_options or {})) as d:
+            await require_schema(d, database_url=database)
             yield d
         return
     if not all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
@@ -123,6 +125,7 @@ async def _driver_for(
         raise ConfigError("driver_options", "only applies when opening a database from a URL")
     if config.schema is not None and database.schema != config.schema:
         raise ConfigError("schema", f"conflicts with the driver's schema {database.schema!r}")
+    await require_schema(database)
     yield database
 
 
@@ -170,7 +173,7 @@ async def open_client(database: str | Driver, **options: Any) -> AsyncIterator[C
     Every option is validated before anything connects (:class:`ConfigError` naming it).
 
     Args:
-        database: A database URL (``postgresql://…``, ``postgres://…`` or ``sqlite:///path``)
+        database: A database URL (``postgresql://…``, ``postgres://…`` or ``sqlite://path``)
             or a driver opened by the caller (:mod:`river_anyio.drivers`).
 
     Keyword Args:

@@ -205,7 +205,7 @@ async def test_open_client_rejects(
     tmp_path: Path, options: dict[str, Any], field: str, message: str
 ) -> None:
     options = dict(options)
-    database = options.pop("database", f"sqlite:///{tmp_path / 'never.sqlite3'}")
+    database = options.pop("database", f"sqlite://{tmp_path / 'never.sqlite3'}")
     with pytest.raises(river.ConfigError) as info:
         async with river.open_client(database, **options):
             pytest.fail("the body must not run")
@@ -219,7 +219,7 @@ async def test_open_client_rejects(
 
 @pytest.mark.anyio
 async def test_run_client_validates_the_same_way(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'x.sqlite3'}"
+    url = f"sqlite://{tmp_path / 'x.sqlite3'}"
     async with anyio.create_task_group() as tg:
         with pytest.raises(river.ConfigError) as info:
             await tg.start(functools.partial(river.run_client, url, fetch_cooldown=0))
