@@ -36,8 +36,15 @@ CLIENT = "logging-client"
 FAST_COMPLETER: dict[str, Any] = {"_completer_pauses": (0.01,), "_completer_try_timeout": 5.0}
 
 
+#: The ``river-anyio`` program, not the library: its -v/--debug flags configure logging (a
+#: handler on the ``river_anyio`` logger for the command's run), as River's CLI does.
+PROGRAM = PACKAGE / "_cli.py"
+
+
 def _sources() -> list[tuple[Path, ast.Module]]:
-    return [(p, ast.parse(p.read_text(), str(p))) for p in sorted(PACKAGE.rglob("*.py"))]
+    return [
+        (p, ast.parse(p.read_text(), str(p))) for p in sorted(PACKAGE.rglob("*.py")) if p != PROGRAM
+    ]
 
 
 def _calls(tree: ast.Module) -> list[ast.Call]:

@@ -55,8 +55,9 @@ logger = logging.getLogger("river_anyio.driver")
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-#: River's SQLite queries need jsonb() (3.45), unhex() (3.41) and 'subsec' (3.42).
-MIN_SQLITE_VERSION: Final = (3, 45, 0)
+#: River's SQLite queries need jsonb() (3.45), unhex() (3.41) and 'subsec' (3.42); metadata
+#: merges on keys holding quotes need 3.47's JSON path handling (found by the floors session).
+MIN_SQLITE_VERSION: Final = (3, 47, 0)
 
 # Busy handler sleeps (seconds), by invocation count; the last value repeats. Short at first
 # because River's write transactions are short; a cancellation wakes the sleep immediately.
@@ -78,7 +79,7 @@ def check_sqlite_version() -> None:
         need = ".".join(map(str, MIN_SQLITE_VERSION))
         raise ConfigError(
             "sqlite",
-            f"River needs SQLite >= {need} (jsonb, unhex, 'subsec'); apsw uses SQLite {text}. "
+            f"River needs SQLite >= {need} (jsonb, JSON paths, 'subsec'); apsw uses SQLite {text}. "
             "Install a newer apsw wheel (they bundle SQLite): pip install -U apsw",
             text,
         )
