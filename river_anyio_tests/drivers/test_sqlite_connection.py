@@ -61,8 +61,8 @@ async def test_open_creates_file_in_wal_mode(tmp_path: Path) -> None:
 
 
 async def test_open_rejects_old_sqlite(sqlite_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(apsw, "sqlite_lib_version", lambda: "3.40.1")
-    with pytest.raises(ConfigError, match=r"3\.45"):
+    monkeypatch.setattr(apsw, "sqlite_lib_version", lambda: "3.46.1")  # apsw 3.46.1.0's
+    with pytest.raises(ConfigError, match=r"SQLite >= 3\.47\.0.*uses SQLite 3\.46\.1"):
         open_sqlite(sqlite_url)
 
 
