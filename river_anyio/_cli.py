@@ -14,6 +14,7 @@ import os
 import platform
 import shlex
 import sys
+import textwrap
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, TextIO
 
@@ -128,7 +129,7 @@ def _build_parser() -> _Parser:
         p = sub.add_parser(
             name,
             help=summary,
-            description=f"{summary}.\n\n{details}",
+            description=f"{summary}.\n\n{textwrap.fill(details, 78)}",
             epilog=_URL_FORMS,
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
@@ -394,7 +395,7 @@ def _target(args: argparse.Namespace, *, required: bool = True) -> _Target | Non
             return None
         url, from_env = "", True
     dialect = "postgres" if from_env else dialect_of_url(url)
-    label = "the PG* environment variables" if from_env else redact_url(url)
+    label = "the database of the PG* environment variables" if from_env else redact_url(url)
     if dialect == "postgres":
         from .drivers.postgres import cli_conninfo
 
