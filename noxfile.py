@@ -1,7 +1,12 @@
 """Developer sessions: ``nox`` runs lint, types, the full test suite and the documentation
-build; ``nox -s demo`` the demo."""
+build; ``nox -s floors`` the suite's core on the oldest supported dependencies; ``nox -s demo``
+the demo."""
 
 from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
 
 import nox
 
@@ -9,12 +14,46 @@ nox.options.sessions = ["lint", "types", "tests", "docs"]
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
 
+#: The suite's core: drivers, runtime, command line and migrations.
+CORE = [
+    "river_anyio_tests/drivers",
+    "river_anyio_tests/runtime",
+    "river_anyio_tests/cli",
+    "river_anyio_tests/migrate",
+]
+
+
+def floor_requirements() -> list[str]:
+    """Every direct dependency (the core's and the postgres, sqlite and trio extras') pinned
+    to its lower bound, as pyproject.toml states it: ``anyio>=4.14`` becomes ``anyio==4.14``."""
+    project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
+    extras = project["optional-dependencies"]
+    pins = []
+    for req in [*project["dependencies"], *extras["postgres"], *extras["sqlite"], *extras["trio"]]:
+        m = re.fullmatch(r"([A-Za-z0-9_.-]+(?:\[[^]]*\])?)>=([^,;]+)(?:,.*)?", req.strip())
+        if m is None:
+            raise ValueError(f"{req!r}: every direct dependency needs a >= lower bound")
+        pins.append(f"{m[1]}=={m[2]}")
+    return pins
+
 
 @nox.session
 def tests(session: nox.Session) -> None:
     """The whole suite, both event loops, PostgreSQL and SQLite (PostgreSQL is started here)."""
     session.install("-e", ".[test]")
     session.run("pytest", *session.posargs)
+
+
+@nox.session
+def floors(session: nox.Session) -> None:
+    """The suite's core (drivers, runtime, CLI, migrations) on exactly the lower bound of every
+    direct dependency, so the bounds in pyproject.toml are the oldest releases that work.
+    pytest stays below 9: anyio's pytest plugin before 4.15 uses an API pytest 9 deprecates."""
+    session.install(*floor_requirements())
+    session.install("--no-deps", "-e", ".")
+    session.install("pytest>=8.3,<9", "pytest-timeout>=2.3", "blockbuster>=1.5.5")
+    session.run("python", "-m", "pip", "list", "--format=freeze")
+    session.run("pytest", "-m", "not slow", *CORE, *session.posargs)
 
 
 @nox.session

@@ -29,6 +29,7 @@ from ._runtime._entry import open_client
 from ._work import Job, WorkContext, Workers
 from .drivers import open_driver, redact_url
 from .migrate import Migrator
+from .migrate._migrator import quote_schema
 
 __all__ = ["BenchResult", "run_bench"]
 
@@ -72,20 +73,21 @@ async def _bench(
     duration: float | None,
     rate: float | None,
     max_workers: int,
+    schema: str | None,
     options: ConfigOptions,
     out: TextIO,
 ) -> BenchResult:
-    async with open_driver(url) as driver:
+    async with open_driver(url, schema=schema) as driver:
         await Migrator(driver).up()
         async with driver.transaction() as tx:
-            await tx.execute("DELETE FROM river_job")
+            await tx.execute(f"DELETE FROM {quote_schema(schema)}river_job")
     workers = Workers()
     workers.add(BenchArgs, _noop)
     inserted = 0
     if total is not None:
         # Every job is inserted before the working client starts, so the drain is timed alone.
         insert_start = time.perf_counter()
-        async with open_client(url) as inserter:
+        async with open_client(url, schema=schema) as inserter:
             for lo in range(0, total, INSERT_CHUNK):
                 n = min(INSERT_CHUNK, total - lo)
                 await inserter.client.insert_many_fast([BenchArgs(n=lo + i) for i in range(n)])
@@ -94,7 +96,9 @@ async def _bench(
             f"inserted {total:,} jobs in {time.perf_counter() - insert_start:.2f}s; working...",
             file=out,
         )
-    config = Config(queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers)
+    config = Config(
+        queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers, schema=schema
+    )
     async with open_client(url, config, **options) as run:
         client = run.client
 
@@ -150,7 +154,7 @@ async def _bench(
         elapsed = time.perf_counter() - start
         cpu = time.process_time() - cpu0
         worked = done() - before
-    async with open_driver(url) as driver:
+    async with open_driver(url, schema=schema) as driver:
         rows = await driver.executor().job_list(
             states=[JobState.COMPLETED], limit=worked + before + 10
         )
@@ -179,6 +183,8 @@ async def _bench(
 def run_bench(
     *,
     database_url: str | None,
+    label: str | None = None,
+    schema: str | None = None,
     total: int | None,
     duration: float | None,
     rate: float | None,
@@ -192,15 +198,17 @@ def run_bench(
         total = 20_000
     if database_url is not None and not yes:
         raise ValueError(
-            f"bench deletes every job in {redact_url(database_url)}; pass --yes to confirm"
+            f"bench deletes every job in {label or redact_url(database_url)}; pass --yes to confirm"
         )
     options: ConfigOptions = {}
     if fetch_cooldown is not None:
         options["fetch_cooldown"] = fetch_cooldown
     with tempfile.TemporaryDirectory(prefix="river_anyio_bench_") as tmp:
-        url = database_url or f"sqlite:///{Path(tmp) / 'bench.sqlite3'}"
+        url = database_url or f"sqlite://{Path(tmp) / 'bench.sqlite3'}"
         print(
-            f"bench: {redact_url(url)}, loop {loop}, max_workers {max_workers}, "
+            f"bench: {label or redact_url(url)}"
+            + (f" (schema {schema})" if schema else "")
+            + f", loop {loop}, max_workers {max_workers}, "
             + (f"{total:,} jobs" if total is not None else f"{duration:g}s")
             + (f" at {rate:g} jobs/s" if rate else ""),
             file=out,
@@ -212,6 +220,7 @@ def run_bench(
                 duration=duration,
                 rate=rate,
                 max_workers=max_workers,
+                schema=schema,
                 options=options,
                 out=out,
             ),

@@ -2,7 +2,7 @@
 
 ``open_client`` is the entry point::
 
-    async with river_anyio.open_client("sqlite:///jobs.db") as run:
+    async with river_anyio.open_client("sqlite://jobs.db") as run:
         await run.client.insert(SendEmail(to="a@example.com"))
 """
 

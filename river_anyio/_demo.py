@@ -1,13 +1,16 @@
 """``river-anyio demo``: a small workload with real workers on an embedded SQLite database.
 
 Migrates a temporary SQLite file (or the URL given), inserts a batch of jobs of three kinds,
-works them with a running client (one job fails once and is retried, one is snoozed, one is
-cancelled by its worker, a unique job is deduplicated), then prints what happened.
+works them with a running client, then prints what happened. Some outcomes are deliberate, and
+the output says so: one job fails once and is retried, one is snoozed, one is cancelled by its
+worker, a unique job is deduplicated. A database that already exists (a SQLite file, any
+PostgreSQL database) is written to only with ``yes=True`` (``--yes``).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import os
 import tempfile
 import time
 from collections import Counter
@@ -24,7 +27,7 @@ from ._insert import InsertManyParams
 from ._job import InsertOpts, JobState, UniqueOpts
 from ._runtime._entry import open_client
 from ._work import Job, Outcome, WorkContext, Workers, cancel, snooze
-from .drivers import open_driver, redact_url
+from .drivers import dialect_of_url, open_driver, redact_url
 from .migrate import Migrator
 
 
@@ -72,10 +75,17 @@ def _workers() -> Workers:
     return workers
 
 
+_DELIBERATE = (
+    "deliberate outcomes: one flaky job fails once and is retried, one snoozes for 200 ms, "
+    "one cancels itself, and a second insert of a unique report job is skipped as a duplicate"
+)
+
+
 async def _demo(url: str, jobs: int, out: TextIO) -> None:
     async with open_driver(url) as driver:
         res = await Migrator(driver).up()
         print(f"migrated {redact_url(url)}: {len(res.versions)} versions applied", file=out)
+    print(_DELIBERATE, file=out)
 
     queues = {"default": QueueConfig(max_workers=20), "reports": QueueConfig(max_workers=2)}
     async with open_client(url, queues=queues, workers=_workers()) as run:
@@ -104,7 +114,10 @@ async def _demo(url: str, jobs: int, out: TextIO) -> None:
                 async for event in events:
                     if event.kind in (EventKind.JOB_FAILED, EventKind.JOB_SNOOZED):
                         assert event.job is not None
-                        print(f"  job {event.job.id} ({event.job.kind}): {event.kind}", file=out)
+                        print(
+                            f"  job {event.job.id} ({event.job.kind}): {event.kind} (deliberate)",
+                            file=out,
+                        )
                     if event.kind in (EventKind.JOB_COMPLETED, EventKind.JOB_CANCELLED):
                         finished[event.kind] += 1
                     if sum(finished.values()) >= expected:
@@ -121,10 +134,26 @@ async def _demo(url: str, jobs: int, out: TextIO) -> None:
         print(f"job {r.id} completed on attempt {r.attempt} after: {r.errors[0].error}", file=out)
 
 
-def run_demo(*, database_url: str | None, jobs: int, loop: str, out: TextIO) -> int:
+def _existing(url: str) -> bool:
+    """Whether ``url`` names a database that is already there (so may be someone's)."""
+    if dialect_of_url(url) == "postgres":
+        return True
+    from .drivers.sqlite import path_from_url
+
+    return os.path.exists(path_from_url(url))
+
+
+def run_demo(
+    *, database_url: str | None, jobs: int, loop: str, out: TextIO, yes: bool = False
+) -> int:
     if jobs < 1:
         raise ValueError("--jobs must be at least 1")
+    if database_url is not None and not yes and _existing(database_url):
+        raise ValueError(
+            f"the demo adds jobs to {redact_url(database_url)}, which already exists; "
+            "pass --yes to confirm, or leave out --database-url to use a temporary file"
+        )
     with tempfile.TemporaryDirectory(prefix="river_anyio_demo_") as tmp:
-        url = database_url or f"sqlite:///{Path(tmp) / 'demo.sqlite3'}"
+        url = database_url or f"sqlite://{Path(tmp) / 'demo.sqlite3'}"
         anyio.run(_demo, url, jobs, out, backend=loop)
     return 0

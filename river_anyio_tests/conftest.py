@@ -246,7 +246,7 @@ def pg_empty_url(pg_server: str | None) -> Iterator[str]:
 @pytest.fixture(scope="session")
 def sqlite_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("sqlite_template") / "river.sqlite3"
-    _migrate_cli(f"sqlite:///{path}")
+    _migrate_cli(f"sqlite://{path}")
     return path
 
 
@@ -255,12 +255,12 @@ def sqlite_url(sqlite_template: Path, tmp_path: Path) -> str:
     """A fresh SQLite file with River's schema, for this test only."""
     path = tmp_path / "river.sqlite3"
     shutil.copyfile(sqlite_template, path)
-    return f"sqlite:///{path}"
+    return f"sqlite://{path}"
 
 
 @pytest.fixture
 def sqlite_empty_url(tmp_path: Path) -> str:
-    return f"sqlite:///{tmp_path / 'empty.sqlite3'}"
+    return f"sqlite://{tmp_path / 'empty.sqlite3'}"
 
 
 # --------------------------------------------------------------------------------------------

@@ -4,9 +4,9 @@ Every ``python`` block is preceded by a marker comment (invisible on GitHub and 
 saying what it is:
 
 ``<!-- run -->``
-    A whole program: run as is, on SQLite, in a directory holding a migrated
-    ``jobs.sqlite3``, under asyncio and then under trio (so the second run also finds the
-    first run's rows, as a reader running it twice would).
+    A whole program: run as is, on SQLite, in a directory holding its migrated database files
+    (each ``"sqlite://NAME"`` it opens), under asyncio and then under trio (so the second run
+    also finds the first run's rows, as a reader running it twice would).
 ``<!-- run: NAME -->``
     Part of the program NAME: the page's blocks with that name, concatenated, run as above.
 ``<!-- project: NAME -->``
@@ -42,6 +42,8 @@ MARKER = re.compile(r"^<!--\s*(run|not-run|project)(?:\s*:\s*(.*?))?\s*-->$")
 #: A program's whole run, each loop (a first run of a process importing psycopg and apsw
 #: takes a few seconds on a loaded machine).
 RUN_TIMEOUT = 90
+#: The SQLite URLs a program opens (River's relative form: a file in the current directory).
+SQLITE_URL = re.compile(r"\"(sqlite://[\w.-]+)\"")
 
 
 @attrs.frozen
@@ -119,7 +121,14 @@ def test_the_pages_have_runnable_examples() -> None:
     assert "docs/tutorial/first-worker.md:tutorial" in PROGRAMS
     assert any(key.startswith("README.md:") for key in PROGRAMS)
     assert len(PROGRAMS) >= 6
-    assert set(_project("pytest-trio")) == {"pyproject.toml", "conftest.py", "test_jobs.py"}
+    assert set(_project("pytest-trio")) == {
+        "pyproject.toml",
+        "conftest.py",
+        "test_jobs.py",
+        "myapp/__init__.py",
+        "myapp/jobs.py",
+        "myapp/signup.py",
+    }
 
 
 @pytest.mark.parametrize("block", PYTHON, ids=[b.where for b in PYTHON])
@@ -155,13 +164,15 @@ runpy.run_path("example.py", run_name="__main__")
 
 @pytest.mark.parametrize("program", sorted(PROGRAMS))
 def test_runnable_examples_run(program: str, tmp_path: Path) -> None:
-    (tmp_path / "example.py").write_text(PROGRAMS[program])
-    # the tutorial's first step, as a reader types it
+    source = PROGRAMS[program]
+    (tmp_path / "example.py").write_text(source)
+    # the page's first step, as a reader types it, for each database file the program uses
     migrate = [sys.executable, "-m", "river_anyio", "migrate-up"]
-    subprocess.run(
-        [*migrate, "--database-url", "sqlite:///jobs.sqlite3"],
-        cwd=tmp_path, env=_env(), check=True, capture_output=True, timeout=RUN_TIMEOUT,
-    )  # fmt: skip
+    for url in sorted(set(SQLITE_URL.findall(source))):
+        subprocess.run(
+            [*migrate, "--database-url", url],
+            cwd=tmp_path, env=_env(), check=True, capture_output=True, timeout=RUN_TIMEOUT,
+        )  # fmt: skip
     for backend in ("asyncio", "trio"):
         proc = subprocess.run(
             [sys.executable, "-c", RUNNER, backend],
@@ -172,37 +183,6 @@ def test_runnable_examples_run(program: str, tmp_path: Path) -> None:
 
 # --- the testing how-to's pytest-trio project, against a small application --------------------
 
-MYAPP = {
-    "myapp/__init__.py": "",
-    "myapp/jobs.py": """
-        from typing import ClassVar
-
-        import attrs
-        import river_anyio as river
-
-
-        @attrs.frozen
-        class Greet:
-            kind: ClassVar[str] = "greet"
-            name: str
-
-
-        workers = river.Workers()
-
-
-        @workers.register(Greet)
-        async def greet(ctx: river.WorkContext, job: river.Job[Greet]) -> None:
-            ctx.record_output(f"hello {job.args.name}")
-    """,
-    "myapp/signup.py": """
-        from myapp.jobs import Greet
-
-
-        async def signup(client, *, name: str) -> None:
-            await client.insert(Greet(name=name))
-    """,
-}
-
 
 @pytest.mark.parametrize("database", ["sqlite", "postgres"])
 def test_the_testing_howto_project_passes(
@@ -211,7 +191,7 @@ def test_the_testing_howto_project_passes(
     args = ["-p", "river_anyio.pytest_plugin", "-p", "no:cacheprovider", "-q"]
     if database == "postgres":
         args += ["--river-database-url", request.getfixturevalue("pg_url")]
-    for path, text in {**MYAPP, **_project("pytest-trio")}.items():
+    for path, text in _project("pytest-trio").items():  # the page shows every file
         (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / path).write_text(textwrap.dedent(text))
     proc = subprocess.run(
@@ -221,3 +201,32 @@ def test_the_testing_howto_project_passes(
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "4 passed" in out, out
+
+
+def test_each_howto_program_has_its_own_database_file() -> None:
+    """Run in one directory, the how-tos' programs must not mix their jobs."""
+    owners: dict[str, str] = {}
+    for key, source in PROGRAMS.items():
+        if not key.startswith("docs/howto/"):
+            continue
+        for url in set(SQLITE_URL.findall(source)):
+            assert url not in owners, f"{key} and {owners[url]} share {url}"
+            owners[url] = key
+        page = (ROOT / key.split(":")[0]).read_text()
+        for url in set(SQLITE_URL.findall(source)):  # the page says how to create it
+            assert f"migrate-up --database-url {url}" in page, key
+    assert len(owners) >= 3
+
+
+def test_the_readme_keeps_two_set_up_commands() -> None:
+    """One demo and one full test suite, each making its own venv (PEP 668 systems refuse a
+    bare pip install); .ci/run runs them as written."""
+    text = (ROOT / "README.md").read_text()
+    block = text.split("## Set-up", 1)[1].split("```sh\n", 1)[1].split("```", 1)[0]
+    commands = block.strip().splitlines()
+    assert len(commands) == 2
+    demo, tests = commands
+    assert demo.split("#")[0].rstrip().endswith("-m nox -s demo")
+    assert tests.split("#")[0].rstrip().endswith("-m nox")
+    for command in commands:
+        assert command.startswith("python3 -m venv ") and "--python .venv/bin/python" in command

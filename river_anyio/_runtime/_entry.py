@@ -40,6 +40,7 @@ from .._config import CONFIG_OPTIONS, ClientConfig, Config, ConfigOptions, clien
 from .._errors import ClientCrashedError, ConfigError
 from .._events import EventHub
 from ..drivers import Dialect, Driver, dialect_of_url, open_dialect_driver
+from ..migrate._migrator import require_schema
 from ._clock import SystemClock
 from ._supervisor import ClientRun
 
@@ -135,6 +136,7 @@ def _caller_stacklevel() -> int:
 @contextlib.asynccontextmanager
 async def _driver_for(prepared: Prepared) -> AsyncIterator[Driver]:
     if prepared.driver is not None:
+        await require_schema(prepared.driver)
         yield prepared.driver
         return
     assert prepared.url is not None
@@ -142,6 +144,7 @@ async def _driver_for(prepared: Prepared) -> AsyncIterator[Driver]:
     async with open_dialect_driver(
         prepared.dialect, prepared.url, schema=config.schema, **config.driver_options
     ) as driver:
+        await require_schema(driver, database_url=prepared.url)
         yield driver
 
 
@@ -260,7 +263,7 @@ def open_client(
     with an exception is a stop-and-cancel, after which the exception propagates unchanged.
 
     Args:
-        database: A database URL (``postgresql://…``, ``postgres://…`` or ``sqlite:///path``)
+        database: A database URL (``postgresql://…``, ``postgres://…`` or ``sqlite://path``)
             or a driver opened by the caller (:mod:`river_anyio.drivers`).
         config: The client's configuration (default ``Config()``).
         options: Any :class:`Config` field, overriding ``config``'s.

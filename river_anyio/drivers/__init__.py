@@ -1,8 +1,10 @@
 """Database drivers: one protocol, two implementations (PostgreSQL via psycopg 3, SQLite via apsw).
 
-``open_driver(url)`` picks the implementation from the URL scheme (``postgres://``,
-``postgresql://``, ``sqlite:///path``). Backends are imported lazily, so an application needs
-only the extra it uses (``river_anyio[postgres]`` or ``river_anyio[sqlite]``).
+``open_driver(url)`` picks the implementation from the URL: ``postgres://`` or
+``postgresql://`` URLs and libpq key/value strings open PostgreSQL; River's ``sqlite:`` forms
+(``sqlite://relative.db``, ``sqlite:///absolute/path.db``) open SQLite. Backends are imported
+lazily, so an application needs only the extra it uses (``river_anyio[postgres]`` or
+``river_anyio[sqlite]``). ``redact_url`` hides passwords in any text that may quote a URL.
 
 The protocols are public for annotations but unstable for third-party implementers.
 """
@@ -11,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import re
 import sys
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 import anyio
 import anyio.to_thread
@@ -63,42 +66,101 @@ __all__ = (
 )
 
 
+#: A libpq key/value connection string starts with a keyword and ``=`` (``host=db dbname=app``).
+_KEYVALUE_RE: Final = re.compile(r"\A\s*[A-Za-z_]+\s*=")
+
+
 def dialect_of_url(url: str) -> Dialect:
-    """The backend a database URL names, or a ConfigError saying which schemes are accepted."""
+    """The backend a database URL names, or a ConfigError saying which forms are accepted.
+
+    PostgreSQL: ``postgres://`` or ``postgresql://`` URLs and libpq key/value strings
+    (``host=db dbname=app``). SQLite: River's ``sqlite:`` forms (see
+    :func:`river_anyio.drivers.sqlite.path_from_url`). Only the kind is decided here; the rest of
+    the string is checked when the driver opens it.
+    """
     if not isinstance(url, str):
-        raise ConfigError("database_url", f"must be a str, not {type(url).__name__}", url)
+        raise ConfigError("database_url", f"must be a str, not {type(url).__name__}")
     scheme, sep, _ = url.partition(":")
-    scheme = scheme.lower()
+    scheme = scheme.strip().lower()
     if sep and scheme in ("postgres", "postgresql"):
         return "postgres"
     if sep and scheme == "sqlite":
         return "sqlite"
+    if _KEYVALUE_RE.match(url):
+        return "postgres"
     raise ConfigError(
         "database_url",
-        f"must start with postgres://, postgresql:// or sqlite:/// (got {redact_url(url)!r})",
+        "must be a postgres:// or postgresql:// URL, a libpq key/value string "
+        f"(host=... dbname=...) or a sqlite: URL such as sqlite://river.db (got {redact_url(url)!r})",
     )
 
 
-def redact_url(url: str) -> str:
-    """The URL with any password replaced by ``***``, safe to print or log."""
-    scheme, sep, rest = url.partition("://")
-    if not sep:
-        return url
-    netloc, slash, tail = rest.partition("/")
-    userinfo, at, hostport = netloc.rpartition("@")
-    if at and ":" in userinfo:
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{hostport}"
-    # libpq also accepts password=... as a query parameter
-    if "password=" in tail:
-        parts = tail.split("?", 1)
-        if len(parts) == 2:
-            query = "&".join(
-                "password=***" if p.lower().startswith("password=") else p
-                for p in parts[1].split("&")
-            )
-            tail = f"{parts[0]}?{query}"
-    return f"{scheme}{sep}{netloc}{slash}{tail}"
+# A URL's user info: everything between "://" and the last "@" before the path. Passwords may
+# hold unencoded "/", "@", ":" or "?" (libpq and River's CLI reject those, but a message that
+# quotes the bad URL must still hide them), so the match is greedy up to the last "@".
+_URL_USERINFO_RE: Final = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^\s]*)@")
+# password=... in a URL query or a key/value string; a key/value value may be single-quoted
+# with backslash escapes. sslpassword is libpq's client-key passphrase.
+_PASSWORD_RE: Final = re.compile(
+    r"(?P<key>\b(?:ssl)?password\s*=\s*)(?P<value>'(?:[^'\\]|\\.)*'?|[^\s&]*)", re.IGNORECASE
+)
+
+
+def redact_url(text: object) -> str:
+    """``text`` with every database password replaced by ``***``, safe to print or log.
+
+    Covers URL user info (``postgres://user:secret@host``, encoded or not, with ``/`` or ``@``
+    in it), ``?password=`` / ``&password=`` query parameters and libpq key/value strings
+    (``password=secret``, ``password = 'quoted \\' value'``), anywhere in the text: URLs quoted
+    inside error messages are redacted too. Every message river_anyio prints that may contain
+    a connection string goes through this function.
+    """
+    text = text if isinstance(text, str) else str(text)
+
+    def userinfo(m: re.Match[str]) -> str:
+        info = m["userinfo"]
+        user, colon, _ = info.partition(":")
+        if "/" in user:  # no user info after all ("host/db?x=a@b"): keep, but hide a password
+            return m[0]
+        return f"{m['scheme']}{user}{':***' if colon else ''}@"
+
+    text = _URL_USERINFO_RE.sub(userinfo, text)
+    return _PASSWORD_RE.sub(lambda m: f"{m['key']}***", text)
+
+
+def _password_pieces(url: str) -> list[str]:
+    """A connection string's password and the pieces a reader could show of it: with an
+    unencoded "@" or "/" in it, libpq splits it elsewhere and quotes a piece as a host or a
+    port (``could not translate host name "cret@host"``)."""
+    pieces: list[str] = []
+    _, sep, rest = url.partition("://")
+    if sep and "@" in rest:
+        user, colon, password = rest[: rest.rfind("@")].partition(":")
+        if colon and "/" not in user:
+            pieces += [password, *re.split(r"[@/:?]", password)]
+    for m in _PASSWORD_RE.finditer(url):
+        value = m["value"]
+        pieces += [value, value.strip("'"), *re.split(r"[\s'\\]+", value)]
+    return sorted({p for p in pieces if len(p) >= 2}, key=len, reverse=True)
+
+
+def redact_secrets(text: str, url: str) -> str:
+    """:func:`redact_url`, and also every quoted fragment of ``text`` holding a piece of
+    ``url``'s password: for messages about ``url`` written by others (libpq, the resolver),
+    which quote the host or port a mis-split password became."""
+    text = redact_url(text)
+    pieces = _password_pieces(url)
+    if not pieces:
+        return text
+    text = re.sub(
+        r""""[^"]*"|'[^']*'""",
+        lambda m: m[0][0] + "***" + m[0][0] if any(p in m[0] for p in pieces) else m[0],
+        text,
+    )
+    for piece in pieces:
+        if len(piece) >= 4:  # a whole password, anywhere (shorter pieces only when quoted)
+            text = text.replace(piece, "***")
+    return text
 
 
 def _missing_extra(extra: str, exc: ImportError) -> ConfigError:

@@ -14,6 +14,7 @@ import difflib
 import hashlib
 import logging
 import re
+import shlex
 import time
 from collections.abc import AsyncIterator, Iterable, Sequence
 from functools import cache
@@ -23,7 +24,7 @@ from typing import Literal
 import attrs
 
 from .._errors import MigrationError, ValidationError
-from ..drivers import Dialect, Driver, Executor
+from ..drivers import Dialect, Driver, Executor, redact_url
 
 __all__ = [
     "LINE_MAIN",
@@ -36,6 +37,7 @@ __all__ = [
     "all_migrations",
     "migration_sql",
     "quote_schema",
+    "require_schema",
 ]
 
 logger = logging.getLogger("river_anyio.migrate")
@@ -461,3 +463,37 @@ class Migrator:
                 messages=(f"Unapplied migrations: [{' '.join(str(v) for v in missing)}]",),
             )
         return ValidateResult(ok=True)
+
+
+async def require_schema(driver: Driver, *, database_url: str | None = None) -> None:
+    """MigrationError naming the command that fixes it unless every migration of line
+    ``main`` is applied: a client's start calls this before anything touches River's tables,
+    so a forgotten ``migrate-up`` is one clear error, not "no such table" from a service.
+
+    ``database_url`` is what the user passed (shown with its password redacted); without it
+    the command shows a placeholder. A SQLite database is shown by its absolute path, so the
+    command works from any directory.
+    """
+    result = await Migrator(driver).validate()
+    if result.ok:
+        return
+    path = getattr(driver, "path", None) if driver.dialect == "sqlite" else None
+    if isinstance(path, str):
+        url = f"sqlite://{path}"
+    elif database_url is not None:
+        url = redact_url(database_url)
+    else:
+        url = "URL"
+    command = f"river-anyio migrate-up --database-url {shlex.quote(url)}"
+    if driver.schema:
+        command += f" --schema {driver.schema}"
+    if len(result.missing) == len(all_migrations(driver.dialect)):
+        problem = "the database has no River schema"
+    else:
+        problem = (
+            "the database's River schema is not current (migrations "
+            f"{', '.join(f'{v:03d}' for v in result.missing)} of line main are not applied)"
+        )
+    raise MigrationError(
+        f"{problem}: run {command} (or river_anyio.migrate.Migrator(driver).up() in code)"
+    )

@@ -56,7 +56,7 @@ async def sqlite_test_database(path: str | os.PathLike[str]) -> AsyncIterator[Mi
     file = Path(path)
     if await anyio.Path(file).exists():
         raise FileExistsError(f"{file} exists; sqlite_test_database makes a new database")
-    url = f"sqlite:///{file}"
+    url = f"sqlite://{file}"
     await _migrate(url, None)
     yield MigratedDatabase(url=url)
 

@@ -65,7 +65,7 @@ def main() -> None:
     p.add_argument("--fast", action="store_true", help="the no-returning bulk path")
     a = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        url = a.database_url or f"sqlite:///{Path(tmp) / 'bench.sqlite3'}"
+        url = a.database_url or f"sqlite://{Path(tmp) / 'bench.sqlite3'}"
         anyio.run(bench, url, a.jobs, a.rounds, a.fast, backend=a.loop)
 
 

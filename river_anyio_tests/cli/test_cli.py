@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import os
 import re
 import subprocess
 import sys
+import urllib.parse
 import venv
 from pathlib import Path
 
 import pytest
 
+from river_anyio._bench import parse_duration
 from river_anyio._cli import main
 from river_anyio.migrate import all_migrations
 
@@ -35,6 +38,10 @@ def test_version() -> None:
 
 def test_migrate_up_list_validate_down(empty_database_url: str) -> None:
     url = empty_database_url
+    if url.startswith("sqlite:"):
+        # validate reads: it does not create the file, so give it an empty database
+        assert "no SQLite database at" in run("validate", "--database-url", url)[2]
+        Path(url.removeprefix("sqlite://")).write_bytes(b"")
     code, _, err = run("validate", "--database-url", url)
     assert code == 1 and "Unapplied migrations: [1 2 3" in err
 
@@ -90,8 +97,18 @@ def test_migrate_get_needs_no_database() -> None:
 @pytest.mark.parametrize(
     ("argv", "code", "message"),
     [
-        (["migrate-up"], 2, "--database-url must be set"),
-        (["migrate-up", "--database-url", "mysql://x/y"], 1, "must start with postgres://"),
+        (["migrate-up"], 2, "either PG* environment variables or --database-url must be set"),
+        (["bench", "--schema", "x", "-n", "1", "--database-url", "mysql://x/y"], 1, "libpq"),
+        (["migrate-up", "--database-url", "mysql://x/y"], 1, "libpq key/value string"),
+        (["migrate-up", "--database-url", "sqlite://"], 1, "names no file"),
+        (["migrate-up", "--database-url", "sqlite://:memory:"], 1, "in-memory"),
+        (["migrate-list", "--database-url", "sqlite:///x"], 1, "migrate-list does not create"),
+        (["validate", "--database-url", "sqlite:///x"], 1, "validate does not create"),
+        (["-v", "migrate-up", "--debug"], 2, "mutually exclusive"),
+        (["migrate-up", "-v", "--debug"], 2, "not allowed with argument"),
+        (["--statement-timeout", "1ms", "migrate-list"], 2, "greater than 1ms"),
+        (["migrate-list", "--statement-timeout", "soon"], 2, "invalid duration"),
+        (["demo", "--database-url", "sqlite:///x"], 2, "pass --yes"),
         (["migrate-get", "--up"], 2, "one of the arguments --all --version is required"),
         (["migrate-get", "--all", "--up", "--down"], 2, "not allowed with argument"),
         (["migrate-get", "--version", "99", "--up"], 1, "version 99 is not a valid"),
@@ -105,24 +122,18 @@ def test_migrate_get_needs_no_database() -> None:
     ],
 )
 def test_errors_are_one_line_with_nonzero_exit(
-    argv: list[str], code: int, message: str, tmp_path: Path
+    argv: list[str], code: int, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    argv = [a.replace("sqlite:///x", f"sqlite:///{tmp_path / 'x.db'}") for a in argv]
+    monkeypatch.delenv("PGDATABASE", raising=False)
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "2")
+    if "demo" in argv:
+        (tmp_path / "x.db").write_bytes(b"")  # an existing database
+    argv = [a.replace("sqlite:///x", f"sqlite://{tmp_path / 'x.db'}") for a in argv]
     got, _out, err = run(*argv)
-    assert got == code
+    assert got == code, err
     assert message in err
     assert len(err.strip().splitlines()) == 1
     assert err.startswith("river-anyio: error: ")
-
-
-def test_password_is_never_printed() -> None:
-    secret = "s3cr3t-pa55"
-    url = f"postgresql://river:{secret}@127.0.0.1:1/nothing?connect_timeout=2"
-    code, out, err = run("migrate-list", "--database-url", url)
-    assert code == 1
-    assert secret not in out + err
-    code, out, err = run("migrate-up", "--database-url", f"mysql://river:{secret}@h/db")
-    assert code == 1 and secret not in out + err and "***" in err
 
 
 def test_python_dash_m() -> None:
@@ -141,7 +152,7 @@ def test_demo_runs_on_sqlite(tmp_path: Path) -> None:
         "--jobs",
         "50",
         "--database-url",
-        f"sqlite:///{tmp_path / 'demo.db'}",
+        f"sqlite://{tmp_path / 'demo.db'}",
         "--loop",
         "trio",
     )
@@ -172,13 +183,13 @@ def test_built_wheel_carries_the_sql(tmp_path: Path) -> None:
     cli = env_dir / "bin" / "river-anyio"
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     up = subprocess.run(
-        [str(cli), "migrate-up", "--database-url", f"sqlite:///{db}"],
+        [str(cli), "migrate-up", "--database-url", f"sqlite://{db}"],
         capture_output=True, text=True, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert up.returncode == 0, up.stderr
     assert len(up.stdout.splitlines()) == LATEST
     listed = subprocess.run(
-        [str(cli), "migrate-list", "--database-url", f"sqlite:///{db}"],
+        [str(cli), "migrate-list", "--database-url", f"sqlite://{db}"],
         capture_output=True, text=True, cwd=tmp_path, env=env,
     )  # fmt: skip
     assert listed.returncode == 0, listed.stderr
@@ -195,9 +206,11 @@ def test_bench_works_jobs_and_reports(tmp_path: Path) -> None:
     assert code == 0, err
     assert "worked 300 jobs" in out
     assert re.search(r"pickup latency p50 [\d.]+ ms, p95 [\d.]+ ms", out)
-    url = f"sqlite:///{tmp_path / 'bench.db'}"
+    url = f"sqlite://{tmp_path / 'bench.db'}"
     code, out, err = run("bench", "-n", "10", "--database-url", url)
     assert code == 2 and "pass --yes" in err
+    code, out, err = run("bench", "-n", "20", "--database-url", url, "--yes", "--schema", "nope")
+    assert code == 1 and "no attached database named 'nope'" in err, err
     code, out, err = run(
         "bench", "--duration", "1s", "--rate", "50", "--database-url", url, "--yes"
     )
@@ -205,3 +218,141 @@ def test_bench_works_jobs_and_reports(tmp_path: Path) -> None:
     assert re.search(r"worked \d+ jobs", out)
     assert run("bench", "--duration", "soon")[0] == 2
     assert run("bench", "-n", "5", "--duration", "1s")[0] == 2
+
+
+VERBS = ["migrate-up", "migrate-down", "migrate-get", "migrate-list", "validate", "version"]
+VERBS += ["bench", "demo"]
+
+
+@pytest.mark.parametrize("verb", VERBS)
+def test_every_verb_and_flag_has_help(verb: str) -> None:
+    from river_anyio._cli import _build_parser
+
+    parser = _build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[
+        verb
+    ]
+    assert sub.description and len(sub.description) > 40, verb
+    for action in sub._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help and len(action.help) > 10, (verb, action.option_strings)
+    out = sub.format_help()
+    for flag in ("--verbose", "--debug", "--statement-timeout"):
+        assert flag in out, (verb, flag)
+    # the root lists every verb with its summary, and River's PG* fallback
+    root = parser.format_help()
+    assert verb in root and "PGDATABASE" in root and "sqlite://river.db" in root
+
+
+def test_global_flags_go_before_or_after_the_verb(sqlite_url: str) -> None:
+    for argv in (
+        ["-v", "migrate-list", "--database-url", sqlite_url],
+        ["migrate-list", "--database-url", sqlite_url, "--debug"],
+        ["--statement-timeout", "5s", "validate", "--database-url", sqlite_url],
+        ["validate", "--database-url", sqlite_url, "--statement-timeout", "1m"],
+    ):
+        code, _, err = run(*argv)
+        assert code == 0, (argv, err)
+
+
+def test_debug_logs_to_stderr_and_verbose_less(sqlite_url: str) -> None:
+    code, out, err = run("--debug", "migrate-list", "--database-url", sqlite_url)
+    assert code == 0 and "DEBUG" in err and "sqlite: opened" in err
+    assert "DEBUG" not in out  # stdout is the command's own output
+    code, _, err = run("migrate-list", "--database-url", sqlite_url)
+    assert code == 0 and err == ""
+    code, _, err = run("-v", "migrate-list", "--database-url", sqlite_url)
+    assert code == 0 and "DEBUG" not in err
+
+
+def test_read_only_verbs_never_create_a_sqlite_file(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.sqlite3"
+    for verb in ("migrate-list", "validate"):
+        code, out, err = run(verb, "--database-url", f"sqlite://{missing}")
+        assert code == 1 and out == ""
+        assert f"no SQLite database at {missing}" in err and "migrate-up" in err
+        assert len(err.splitlines()) == 1
+    code, _, _ = run("migrate-get", "--all", "--up", "--database-url", f"sqlite://{missing}")
+    assert code == 0
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_relative_sqlite_url_is_rivers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert run("migrate-up", "--database-url", "sqlite://rel.sqlite3")[0] == 0
+    assert (tmp_path / "rel.sqlite3").is_file()
+    code, out, _ = run("migrate-list", "--database-url", "sqlite:rel.sqlite3")
+    assert code == 0 and out.splitlines()[-1].startswith(f"* {LATEST:03d}")
+
+
+def _pg_env(url: str) -> dict[str, str]:
+    parts = urllib.parse.urlsplit(url)
+    return {
+        "PGHOST": parts.hostname or "",
+        "PGPORT": str(parts.port or 5432),
+        "PGUSER": parts.username or "",
+        "PGDATABASE": parts.path.lstrip("/"),
+    }
+
+
+@pytest.mark.postgres
+def test_pg_environment_fallback(pg_empty_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in _pg_env(pg_empty_url).items():
+        monkeypatch.setenv(name, value)
+    code, out, err = run("migrate-up")
+    assert code == 0 and len(out.splitlines()) == LATEST, err
+    assert run("validate")[0] == 0
+    # --database-url wins over PG*
+    monkeypatch.setenv("PGDATABASE", "no_such_database_here")
+    assert run("validate", "--database-url", pg_empty_url)[0] == 0
+    code, _, err = run("validate")
+    assert code == 1 and "no_such_database_here" in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize(
+    ("flag", "query", "want"),
+    [
+        (None, None, "10s"),
+        (None, "statement_timeout=2500", "2500ms"),
+        ("3s", "statement_timeout=2500", "3s"),
+        ("750ms", None, "750ms"),
+    ],
+)
+def test_statement_timeout_precedence(
+    pg_url: str, flag: str | None, query: str | None, want: str
+) -> None:
+    """River's order: the flag, then the URL's statement_timeout parameter, then 10s; seen
+    from the server, on the CLI's own connections."""
+    import psycopg
+
+    from river_anyio.drivers.postgres import cli_conninfo
+
+    url = pg_url + (f"?{query}" if query else "")
+    conninfo = cli_conninfo(
+        url,
+        statement_timeout_ms=None if flag is None else round(parse_duration(flag) * 1000),
+        default_statement_timeout="10s",
+        application_name="river-anyio CLI",
+    )
+    with psycopg.connect(conninfo) as conn:
+        got = conn.execute("SHOW statement_timeout").fetchone()
+        name = conn.execute("SHOW application_name").fetchone()
+        idle = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+    assert got == (want,)
+    assert name == ("river-anyio CLI",) and idle == ("11s",)
+    # and the CLI accepts the URL with that parameter (libpq alone would reject it)
+    argv = ["validate", "--database-url", url] + (["--statement-timeout", flag] if flag else [])
+    assert run(*argv)[0] == 0
+
+
+def test_demo_says_what_is_deliberate_and_asks_before_writing(tmp_path: Path) -> None:
+    db = tmp_path / "mine.db"
+    assert run("migrate-up", "--database-url", f"sqlite://{db}")[0] == 0
+    code, _, err = run("demo", "--jobs", "5", "--database-url", f"sqlite://{db}")
+    assert code == 2 and "already exists; pass --yes" in err
+    code, out, err = run("demo", "--jobs", "5", "--database-url", f"sqlite://{db}", "--yes")
+    assert code == 0, err
+    assert "deliberate outcomes: one flaky job fails once and is retried" in out
+    assert "(deliberate)" in out

@@ -52,7 +52,7 @@ def job(i: int = 0, **overrides: object) -> JobInsertParams:
 @pytest.mark.parametrize(
     ("kwargs", "field"),
     [
-        ({"url": "sqlite:///x.db"}, "url"),
+        ({"url": "sqlite://x.db"}, "url"),
         ({"url": ""}, "url"),
         ({"url": 5}, "url"),
         ({"schema": "1abc"}, "schema"),

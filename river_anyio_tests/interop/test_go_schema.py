@@ -22,7 +22,9 @@ def describe(url: str) -> object:
     if url.startswith("sqlite:"):
         import apsw
 
-        conn = apsw.Connection(url[len("sqlite:///") :])
+        from river_anyio.drivers.sqlite import path_from_url
+
+        conn = apsw.Connection(path_from_url(url))
         try:
             return describe_sqlite(conn)
         finally:

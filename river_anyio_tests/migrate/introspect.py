@@ -487,10 +487,23 @@ def describe_sqlite(conn: apsw.Connection, schema: str = "main") -> Description:
         for kind, name, _tbl, ddl in master
         if kind in ("view", "trigger")
     }
+    # The DDL text as SQLite keeps it (layout and comments aside), and each table's indexes in
+    # SQLite's order (PRAGMA index_list follows creation order): River's files and ours must
+    # write the same statements, constraints and indexes in the same order.
+    ddl = {
+        f"{kind}:{name}": canonical_sql(text)
+        for kind, name, _tbl, text in master
+        if kind in ("table", "index") and text is not None
+    }
+    index_order = {
+        name: [str(r[1]) for r in rows(f"PRAGMA {sch}.index_list({_q(name)})")] for name in tables
+    }
     return {
         "tables": tables,
         "views_and_triggers": others,
         "river_migration": _sqlite_migration_rows(conn, sch, tables),
+        "ddl": ddl,
+        "index_order": index_order,
     }
 
 

@@ -39,7 +39,9 @@ def _describe_sync(url: str, schema: str | None) -> Any:
     if url.startswith("sqlite:"):
         import apsw
 
-        conn = apsw.Connection(url[len("sqlite:///") :])
+        from river_anyio.drivers.sqlite import path_from_url
+
+        conn = apsw.Connection(path_from_url(url))
         try:
             return describe_sqlite(conn, schema or "main")
         finally:
@@ -215,3 +217,56 @@ async def test_river_migration_rows_match_rivers_shape(empty_database_url: str) 
         )
     assert [(r[0], r[1]) for r in rows] == [("main", v) for v in range(1, LATEST + 1)]
     assert all(r[2] is not None for r in rows)
+
+
+async def test_a_client_start_without_migrations_names_the_fix(empty_database_url: str) -> None:
+    """One MigrationError, not "no such table" from a service; it gives the command to run
+    (a SQLite file by its absolute path; any password redacted)."""
+    workers = river.Workers()
+    with pytest.raises(river.MigrationError) as info:
+        async with river.open_client(empty_database_url, workers=workers):
+            pytest.fail("the body must not run")
+    message = str(info.value)
+    assert "the database has no River schema: run river-anyio migrate-up --database-url " in message
+    assert "\n" not in message
+    if empty_database_url.startswith("sqlite:"):
+        assert empty_database_url in message  # the fixture's URL is already absolute
+    # part of the schema: the versions still to apply are named
+    async with open_driver(empty_database_url) as driver:
+        await Migrator(driver).migrate("up", target_version=LATEST - 2)
+    with pytest.raises(river.MigrationError, match=rf"migrations {LATEST - 1:03d}, {LATEST:03d}"):
+        async with river.open_client(empty_database_url, workers=workers):
+            pytest.fail("the body must not run")
+    async with open_driver(empty_database_url) as driver:
+        await Migrator(driver).up()
+        # a driver passed in is checked the same way, and a current schema starts
+        async with river.open_client(driver, workers=workers):
+            pass
+
+
+async def test_the_fix_redacts_the_password() -> None:
+    from river_anyio.migrate._migrator import require_schema
+
+    class Unmigrated:
+        dialect = "postgres"
+        schema = "river"
+
+        def transaction(self) -> Any:
+            return self
+
+        async def __aenter__(self) -> Any:
+            return self
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+        async def table_exists(self, name: str) -> bool:
+            return False
+
+    with pytest.raises(river.MigrationError) as info:
+        await require_schema(
+            Unmigrated(),  # type: ignore[arg-type]
+            database_url="postgres://river:s3cretPW@db.example/app",
+        )
+    assert "'postgres://river:***@db.example/app' --schema river" in str(info.value)
+    assert "s3cretPW" not in str(info.value)

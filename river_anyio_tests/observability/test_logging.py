@@ -40,8 +40,15 @@ FAST_COMPLETER: dict[str, Any] = {
 }
 
 
+#: The ``river-anyio`` program, not the library: its -v/--debug flags configure logging (a
+#: handler on the ``river_anyio`` logger for the command's run), as River's CLI does.
+PROGRAM = PACKAGE / "_cli.py"
+
+
 def _sources() -> list[tuple[Path, ast.Module]]:
-    return [(p, ast.parse(p.read_text(), str(p))) for p in sorted(PACKAGE.rglob("*.py"))]
+    return [
+        (p, ast.parse(p.read_text(), str(p))) for p in sorted(PACKAGE.rglob("*.py")) if p != PROGRAM
+    ]
 
 
 def _calls(tree: ast.Module) -> list[ast.Call]:

@@ -224,7 +224,9 @@ async def sqlite_write_lock(url: str) -> AsyncIterator[Callable[[], None]]:
     than leaving the caller waiting for a lock that never comes."""
     import apsw
 
-    path = url.removeprefix("sqlite:///")
+    from river_anyio.drivers.sqlite import path_from_url
+
+    path = path_from_url(url)
     locked = threading.Event()
     release = threading.Event()
     failed: list[BaseException] = []

@@ -214,7 +214,7 @@ async def test_open_client_rejects(
     tmp_path: Path, options: dict[str, Any], field: str, message: str
 ) -> None:
     options = dict(options)
-    database = options.pop("database", f"sqlite:///{tmp_path / 'never.sqlite3'}")
+    database = options.pop("database", f"sqlite://{tmp_path / 'never.sqlite3'}")
     tuning = options.pop("_tuning", None)
     with pytest.raises(river.ConfigError) as info:
         config = ClientConfig(**tuning) if tuning is not None else options.pop("_config", None)
@@ -260,7 +260,7 @@ def test_config_rejects_the_same_values(options: dict[str, Any], field: str, mes
 
 @pytest.mark.anyio
 async def test_run_client_validates_the_same_way(tmp_path: Path) -> None:
-    url = f"sqlite:///{tmp_path / 'x.sqlite3'}"
+    url = f"sqlite://{tmp_path / 'x.sqlite3'}"
     with pytest.raises(river.ConfigError) as info:
         river.Config(fetch_cooldown=0)
     assert info.value.field == "fetch_cooldown"

@@ -161,7 +161,7 @@ async def test_a_missing_sqlite_directory_fails_with_one_plain_exception(tmp_pat
     gate = Gate()
     with pytest.raises(river.RiverError) as info:
         async with river.open_client(
-            f"sqlite:///{tmp_path}/missing/river.sqlite3", queues=queues(), workers=gate.workers()
+            f"sqlite://{tmp_path}/missing/river.sqlite3", queues=queues(), workers=gate.workers()
         ):
             pytest.fail("the body must not run")
     assert not isinstance(info.value, BaseExceptionGroup)

@@ -24,24 +24,24 @@ CREATE TABLE /*river:schema*/river_job (
     tags          blob NOT NULL DEFAULT (json('[]')),
     unique_key    blob,
     unique_states integer,
-    CONSTRAINT kind_length CHECK (length(kind) > 0 AND length(kind) < 128),
-    CONSTRAINT queue_length CHECK (length(queue) > 0 AND length(queue) < 128),
-    CONSTRAINT priority_in_range CHECK (priority >= 1 AND priority <= 4),
-    CONSTRAINT state_valid CHECK (
-        state IN ('available', 'cancelled', 'completed', 'discarded', 'pending', 'retryable', 'running', 'scheduled')
-    ),
     CONSTRAINT finalized_or_finalized_at_null CHECK (
         (finalized_at IS NULL AND state NOT IN ('cancelled', 'completed', 'discarded'))
         OR (finalized_at IS NOT NULL AND state IN ('cancelled', 'completed', 'discarded'))
+    ),
+    CONSTRAINT priority_in_range CHECK (priority >= 1 AND priority <= 4),
+    CONSTRAINT queue_length CHECK (length(queue) > 0 AND length(queue) < 128),
+    CONSTRAINT kind_length CHECK (length(kind) > 0 AND length(kind) < 128),
+    CONSTRAINT state_valid CHECK (
+        state IN ('available', 'cancelled', 'completed', 'discarded', 'pending', 'retryable', 'running', 'scheduled')
     )
 );
 
 -- river_job_args_index and river_job_metadata_index are GIN indexes on
 -- Postgres and have no SQLite counterpart.
-CREATE INDEX /*river:schema*/river_job_prioritized_fetching_index ON river_job (state, queue, priority, scheduled_at, id);
+CREATE INDEX /*river:schema*/river_job_kind ON river_job (kind);
 CREATE INDEX /*river:schema*/river_job_state_and_finalized_at_index ON river_job (state, finalized_at)
     WHERE finalized_at IS NOT NULL;
-CREATE INDEX /*river:schema*/river_job_kind ON river_job (kind);
+CREATE INDEX /*river:schema*/river_job_prioritized_fetching_index ON river_job (state, queue, priority, scheduled_at, id);
 
 -- SQLite has no SQL functions, so the state-to-bit test that Postgres keeps in
 -- river_job_state_in_bitmask is written out here. Bit n (value 1 << n) stands

@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import re
+import urllib.parse
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -24,6 +26,7 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..._errors import ConfigError
+from .. import redact_secrets, redact_url
 from ._connection import AnyioConnection, shielded_transaction
 from ._errors import map_errors
 from ._executor import PostgresExecutor
@@ -41,6 +44,7 @@ __all__ = [
     "PostgresDriver",
     "PostgresExecutor",
     "PostgresListener",
+    "cli_conninfo",
     "open_postgres",
     "shielded_transaction",
 ]
@@ -67,6 +71,13 @@ class PostgresDriver:
         self._pool = pool
         self._queries = Queries(schema)
         self._executor = PostgresExecutor(self._queries, pool=pool)
+
+    def __repr__(self) -> str:
+        params = conninfo_to_dict(self._pool._conninfo)
+        shown = " ".join(
+            f"{k}={params[k]}" for k in ("host", "port", "dbname", "user") if params.get(k)
+        )
+        return f"<PostgresDriver {shown or 'libpq defaults'} schema={self.schema!r}>"
 
     @property
     def dialect(self) -> Literal["postgres"]:
@@ -169,21 +180,92 @@ def _number(field: str, value: object, *, allow_none: bool = False) -> float | N
     return float(value)
 
 
+def _libpq_keywords() -> frozenset[str]:
+    return frozenset(
+        d.keyword.decode() for d in psycopg.pq.Conninfo.get_defaults() if d.keyword is not None
+    )
+
+
+def _parse(url: str) -> dict[str, Any]:
+    """libpq's reading of a URL or key/value string; ConfigError (never quoting the input's
+    values, where a password may be) when libpq rejects it."""
+    try:
+        return conninfo_to_dict(url)
+    except psycopg.Error as exc:
+        # libpq quotes pieces of the input ('missing "=" after "s3cret"'): keep only quoted
+        # option names, so a fragment of a password is never repeated.
+        keywords = _libpq_keywords()
+        detail = re.sub(
+            r'"([^"]*)"', lambda m: m[0] if m[1] in keywords or m[1] == "=" else '"…"', str(exc)
+        )
+        raise ConfigError(
+            "database_url",
+            f"is not a valid PostgreSQL connection string: {' '.join(detail.split())} "
+            "(use postgres://user:password@host:port/dbname, percent-encoding special "
+            "characters, or host=... user=... dbname=...)",
+            redact_url(url),
+        ) from None
+
+
 def _conninfo(url: object) -> str:
     if not isinstance(url, str) or not url.strip():
-        raise ConfigError("url", "must be a non-empty str", url)
+        raise ConfigError("url", "must be a non-empty str", None if url is None else "…")
     scheme, sep, _ = url.partition("://")
     if sep and scheme.lower() not in ("postgres", "postgresql"):
         raise ConfigError(
-            "url", "must be a postgres:// or postgresql:// URL or a libpq conninfo string", url
+            "url",
+            "must be a postgres:// or postgresql:// URL or a libpq conninfo string",
+            redact_url(url),
         )
-    try:
-        params: dict[str, Any] = conninfo_to_dict(url)
-    except psycopg.Error as exc:
-        raise ConfigError("url", f"is not a valid PostgreSQL URL: {exc}", url) from None
+    params = _parse(url)
     # Timestamps read back as UTC, and naive values are not silently shifted.
     options = str(params.get("options") or "").strip()
     params["options"] = f"{options} -c TimeZone=UTC".strip()
+    return make_conninfo("", **params)
+
+
+def _scrubbed(exc: BaseException, url: str) -> BaseException:
+    """``exc`` with any piece of the URL's password hidden, for errors of the first
+    connection attempt (libpq quotes a mis-split password as a host name or a port)."""
+    before = str(exc)
+    text = redact_secrets(before, url)
+    if text == before:
+        return exc
+    exc.args = (text,)
+    exc.__cause__ = None  # psycopg's own message still holds the piece
+    exc.__suppress_context__ = True
+    return exc
+
+
+def cli_conninfo(
+    url: str,
+    *,
+    statement_timeout_ms: int | None,
+    default_statement_timeout: str,
+    application_name: str,
+) -> str:
+    """The connection string River's CLI would use for ``url`` (``""``: libpq's PG*
+    environment variables alone): ``statement_timeout`` from the flag, else a
+    ``statement_timeout`` query parameter of the URL (which libpq itself would reject), else
+    the default; ``idle_in_transaction_session_timeout`` of 11 s and a fallback
+    ``application_name``, unless the string or PGOPTIONS sets them."""
+    from_url: str | None = None
+    if "://" in url and "?" in url:
+        head, _, query = url.partition("?")
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+        from_url = next((v for k, v in pairs if k == "statement_timeout"), None)
+        kept = [(k, v) for k, v in pairs if k != "statement_timeout"]
+        url = head + ("?" + urllib.parse.urlencode(kept) if kept else "")
+    params = _parse(url) if url else {}
+    options = str(params.get("options") or os.environ.get("PGOPTIONS") or "").strip()
+    timeout = str(statement_timeout_ms) if statement_timeout_ms is not None else from_url
+    if timeout is not None or "statement_timeout=" not in options:
+        value = (timeout or default_statement_timeout).replace("\\", "\\\\").replace(" ", "\\ ")
+        options += f" -c statement_timeout={value}"
+    if "idle_in_transaction_session_timeout=" not in options:
+        options += " -c idle_in_transaction_session_timeout=11000"
+    params["options"] = options.strip()
+    params.setdefault("fallback_application_name", application_name)
     return make_conninfo("", **params)
 
 
@@ -236,7 +318,7 @@ def open_postgres(
     checked = _validate(
         url, schema, pool_max_size, acquire_timeout, connect_timeout, prepare_threshold
     )
-    return _open(*checked)
+    return _open(*checked, raw=url)
 
 
 @asynccontextmanager
@@ -247,6 +329,8 @@ async def _open(
     acquire_timeout: float,
     connect_timeout: float,
     prepare_threshold: int | None,
+    *,
+    raw: str,
 ) -> AsyncIterator[PostgresDriver]:
     pool = Pool(
         conninfo,
@@ -257,8 +341,11 @@ async def _open(
     )
     driver = PostgresDriver(pool, schema)
     try:
-        with map_errors():
-            await pool.putconn(await pool.getconn())
+        try:
+            with map_errors():
+                await pool.putconn(await pool.getconn())
+        except Exception as exc:
+            raise _scrubbed(exc, raw) from exc.__cause__
         yield driver
     finally:
         with anyio.CancelScope(shield=True):

@@ -6,7 +6,7 @@ connection of their own.
 
 Open it with :func:`open_sqlite`::
 
-    async with open_sqlite("sqlite:///var/river.sqlite3") as driver:
+    async with open_sqlite("sqlite:///var/lib/app/river.sqlite3") as driver:
         async with driver.transaction() as tx:
             await tx.job_insert_fast_many(params)
 
@@ -17,6 +17,7 @@ switched on); its directory must exist.
 from __future__ import annotations
 
 import math
+import os
 import re
 import weakref
 from collections.abc import AsyncIterator, Mapping
@@ -31,7 +32,7 @@ from ._executor import SQLiteExecutor
 from ._listener import SQLiteListener
 from ._queries import Queries
 
-__all__ = ["SQLiteDriver", "SQLiteExecutor", "SQLiteListener", "open_sqlite"]
+__all__ = ["SQLiteDriver", "SQLiteExecutor", "SQLiteListener", "open_sqlite", "path_from_url"]
 
 _IDENT_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCHEMA_MAX: Final = 46  # River's client limit for schema names
@@ -70,7 +71,7 @@ def _validate_attach(value: object) -> dict[str, str]:
         _validate_identifier("attach", name)
         if name.lower() in ("main", "temp"):
             raise ConfigError("attach", f"{name!r} is a reserved database name", value)
-        out[name] = path_from_url(path)
+        out[name] = path_from_url(path, absolute=False)
     return out
 
 
@@ -91,6 +92,9 @@ class SQLiteDriver:
         self._listeners: weakref.WeakSet[SQLiteListener] = weakref.WeakSet()
         self._executor = SQLiteExecutor(writer, self._queries, on_notify=self._poke_listeners)
         self._finish_bound = writer.busy_timeout + _FINISH_GRACE
+
+    def __repr__(self) -> str:
+        return f"<SQLiteDriver {self._writer.path} schema={self._schema!r}>"
 
     # ---- properties ------------------------------------------------------------------------
 
@@ -194,8 +198,8 @@ def open_sqlite(
 ) -> AbstractAsyncContextManager[SQLiteDriver]:
     """Open River's SQLite database; the context manager closes it.
 
-    ``url_or_path``: ``sqlite:///relative.db``, ``sqlite:////absolute.db`` or a plain path (see
-    :func:`~._connection.path_from_url`). ``schema``: the attached database holding River's
+    ``url_or_path``: ``sqlite://relative.db``, ``sqlite:///absolute/path.db`` (River's forms, see
+    :func:`path_from_url`) or a plain path. ``schema``: the attached database holding River's
     tables (``None`` for ``main``); attach it with ``attach={name: path}``, which is applied to
     every connection the driver opens. ``busy_timeout``: seconds to wait for another
     connection's write lock before :class:`~river_anyio.DatabaseBusyError`.
@@ -203,7 +207,7 @@ def open_sqlite(
     Arguments are validated now (ConfigError); the file is opened on entering.
     """
     check_sqlite_version()
-    path = path_from_url(url_or_path)
+    path = path_from_url(url_or_path, absolute=False)
     if schema is not None:
         _validate_identifier("schema", schema)
     timeout = _validate_busy_timeout(busy_timeout)
@@ -211,10 +215,17 @@ def open_sqlite(
     return _open(path, schema, timeout, attached)
 
 
+def _absolute(path: str, attach: dict[str, str]) -> tuple[str, dict[str, str]]:
+    return os.path.abspath(path), {k: os.path.abspath(v) for k, v in attach.items()}
+
+
 @asynccontextmanager
 async def _open(
     path: str, schema: str | None, busy_timeout: float, attach: dict[str, str]
 ) -> AsyncIterator[SQLiteDriver]:
+    if not all(os.path.isabs(p) for p in (path, *attach.values())):
+        # relative to the working directory as it is now: reading it is a system call
+        path, attach = await anyio.to_thread.run_sync(_absolute, path, attach)
     writer = ConnectionThread(
         path, busy_timeout=busy_timeout, attach=attach, name="river-sqlite-writer"
     )

@@ -25,7 +25,6 @@ import queue
 import sys
 import threading
 import time
-import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import Any, Final, TypeVar, TypeVarTuple
@@ -56,8 +55,9 @@ logger = logging.getLogger("river_anyio.driver")
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
 
-#: River's SQLite queries need jsonb() (3.45), unhex() (3.41) and 'subsec' (3.42).
-MIN_SQLITE_VERSION: Final = (3, 45, 0)
+#: River's SQLite queries need jsonb() (3.45), unhex() (3.41) and 'subsec' (3.42); metadata
+#: merges on keys holding quotes need 3.47's JSON path handling (found by the floors session).
+MIN_SQLITE_VERSION: Final = (3, 47, 0)
 
 # Busy handler sleeps (seconds), by invocation count; the last value repeats. Short at first
 # because River's write transactions are short; a cancellation wakes the sleep immediately.
@@ -79,7 +79,7 @@ def check_sqlite_version() -> None:
         need = ".".join(map(str, MIN_SQLITE_VERSION))
         raise ConfigError(
             "sqlite",
-            f"River needs SQLite >= {need} (jsonb, unhex, 'subsec'); apsw uses SQLite {text}. "
+            f"River needs SQLite >= {need} (jsonb, JSON paths, 'subsec'); apsw uses SQLite {text}. "
             "Install a newer apsw wheel (they bundle SQLite): pip install -U apsw",
             text,
         )
@@ -90,62 +90,67 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def path_from_url(url_or_path: str) -> str:
-    """The absolute file path a ``sqlite:`` URL (or a plain path) names.
+def path_from_url(url_or_path: str, *, absolute: bool = True) -> str:
+    """The absolute file path a ``sqlite:`` URL (or a plain path) names, by River's rules.
 
-    Rules (the SQLAlchemy convention):
+    River's CLIs and drivers read what follows ``sqlite://`` (or, in the short form, ``sqlite:``)
+    as the file path, so the same string opens the same file in every River client:
 
-    - ``sqlite:///relative/file.db``: three slashes, a path relative to the current directory;
-    - ``sqlite:////abs/file.db``: four slashes, an absolute path;
-    - anything without the ``sqlite:`` prefix is a filesystem path, used as is.
+    - ``sqlite://river.db`` and ``sqlite:river.db``: ``river.db``, relative to the current
+      directory;
+    - ``sqlite:///var/lib/app/river.db`` and ``sqlite:/var/lib/app/river.db``: the absolute
+      path ``/var/lib/app/river.db``;
+    - ``sqlite://:memory:`` and ``sqlite::memory:``: in-memory, rejected here (see below);
+    - ``sqlite://`` and ``sqlite:``: no path, rejected as River rejects it.
 
-    Percent-escapes in URLs are decoded. Relative paths are made absolute now, so later
-    connections (the listener's) open the same file even if the working directory changes.
-    Rejected with ConfigError: hosts (``sqlite://host/...``), query strings, ``file:`` URIs and
-    in-memory databases. The latter because the writer thread and the listener's reader must
-    open the same database, which a private ``:memory:`` database cannot be.
+    Anything without the ``sqlite:`` prefix is a filesystem path, used as is. The path is taken
+    verbatim (no percent-decoding, as River's drivers do). Relative paths are made absolute
+    (``absolute=False`` leaves that to the caller, which the driver does off the event loop:
+    it reads the working directory), so later connections (the listener's) open the same file
+    if the working directory changes.
+
+    Rejected with ConfigError: query strings (``?``), ``file:`` URIs and in-memory databases;
+    the latter because the writer thread and the listener's reader must open the same database,
+    which a private ``:memory:`` database cannot be.
     """
-    if not isinstance(url_or_path, str):
-        raise ConfigError(
-            "database_url", f"must be a str, not {type(url_or_path).__name__}", url_or_path
-        )
     field = "database_url"
+    if not isinstance(url_or_path, str):
+        raise ConfigError(field, f"must be a str, not {type(url_or_path).__name__}")
     raw = url_or_path
+    forms = "sqlite://relative.db, sqlite:///absolute/path.db (or sqlite:relative.db, sqlite:/absolute/path.db)"
     if raw[:7].lower() == "sqlite:":
         rest = raw[7:]
-        if not rest.startswith("///"):
+        path = rest[2:] if rest.startswith("//") else rest
+        if "?" in path:
             raise ConfigError(
                 field,
-                "a SQLite URL has no host: use sqlite:///relative/path.db or "
-                f"sqlite:////absolute/path.db (got {raw!r})",
+                f"query parameters are not supported in SQLite URLs (got {raw!r}); use {forms}",
                 raw,
             )
-        if "?" in rest or "#" in rest:
-            raise ConfigError(
-                field,
-                "query strings and fragments are not supported in SQLite URLs "
-                f"(percent-encode '?' and '#' in file names) (got {raw!r})",
-                raw,
-            )
-        path = urllib.parse.unquote(rest[3:])
+        if not path:
+            raise ConfigError(field, f"the SQLite URL {raw!r} names no file; use {forms}", raw)
     else:
         if raw.lower().startswith("file:"):
             raise ConfigError(
-                field, f"file: URIs are not supported; give a path (got {raw!r})", raw
+                field, f"file: URIs are not supported (got {raw!r}); use {forms}", raw
             )
         path = raw
-    if path in ("", ":memory:") or path.lower().startswith("file::memory:"):
+    if path in ("", ":memory:", "/:memory:") or path.lower().startswith("file::memory:"):
         raise ConfigError(
             field,
-            "in-memory SQLite databases are not supported: the driver's writer thread and its "
-            "listener open the database separately, so it must be a file "
+            f"in-memory SQLite databases ({raw!r}) are not supported: the driver's writer "
+            "thread and its listener open the database separately, so it must be a file "
             "(use a file in a temporary directory for tests)",
             raw,
         )
+    if path.endswith("/"):
+        raise ConfigError(field, f"{raw!r} names a directory, not a database file", raw)
     if "\x00" in path:
         raise ConfigError(field, "the path contains a NUL character", raw)
-    if os.path.isabs(path):
-        return os.path.normpath(path)  # no system call for the common, absolute case
+    if path.startswith("//"):  # sqlite:////abs: POSIX reads "//abs" as "/abs"; say it once
+        path = "/" + path.lstrip("/")
+    if os.path.isabs(path) or not absolute:
+        return os.path.normpath(path)  # no system call
     return os.path.abspath(path)
 
 

@@ -1,5 +1,5 @@
 // Command riverinterop drives the real River Go library for river_anyio's interoperability
-// tests. Every subcommand takes -url (postgres://... or sqlite:///relative or sqlite:////absolute, as river_anyio) and writes JSON to
+// tests. Every subcommand takes -url (postgres://... or River's sqlite://relative and sqlite:///absolute) and writes JSON to
 // stdout: one document for the one-shot commands, one JSON object per line for `run`.
 //
 //	migrate   -direction up|down [-target-version N]  -> {"versions":[...]}
@@ -73,7 +73,7 @@ type database struct {
 }
 
 func openDatabase(ctx context.Context, url string) (*database, error) {
-	if path, ok := strings.CutPrefix(url, "sqlite:///"); ok {
+	if path, ok := strings.CutPrefix(url, "sqlite://"); ok {
 		// busy_timeout: another process (river_anyio) shares the file; immediate write
 		// transactions avoid lock upgrades that fail without waiting.
 		db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(20000)&_pragma=journal_mode(wal)&_txlock=immediate")
