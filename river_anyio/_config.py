@@ -460,6 +460,11 @@ class Config:
         periodic_jobs: :class:`PeriodicJob` instances the client inserts while it leads.
         maintenance: The leader's maintenance services (:class:`MaintenanceConfig`).
         leader_election_disabled: Never take part in leader elections (False).
+        auto_migrate: Migrate line ``main`` up to the latest version before starting, under
+            the migrator's lock (False: a missing or outdated schema is a
+            :class:`MigrationError` naming the command that fixes it). The zero-config
+            default for an embedded SQLite file; on PostgreSQL a development convenience
+            (in production, migrate as a deployment step).
         driver_options: Keyword arguments for the driver opened from a database URL:
             PostgreSQL's ``pool_max_size``, ``acquire_timeout``, ``connect_timeout``,
             ``prepare_threshold``; SQLite's ``busy_timeout``, ``attach``.
@@ -491,6 +496,7 @@ class Config:
     periodic_jobs: tuple[PeriodicJob, ...] = attrs.field(default=(), converter=_periodic_jobs)
     maintenance: MaintenanceConfig = attrs.field(factory=MaintenanceConfig, converter=_maintenance)
     leader_election_disabled: bool = attrs.field(default=False, validator=_bool)
+    auto_migrate: bool = attrs.field(default=False, validator=_bool)
     driver_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_driver_options)
     clock: Clock | None = attrs.field(default=None, converter=_clock)
 
@@ -581,6 +587,7 @@ class ConfigOptions(TypedDict, total=False):
     periodic_jobs: Sequence[PeriodicJob] | None
     maintenance: MaintenanceConfig | None
     leader_election_disabled: bool
+    auto_migrate: bool
     driver_options: Mapping[str, Any] | None
     clock: Clock | None
 

@@ -40,7 +40,7 @@ from .._config import CONFIG_OPTIONS, ClientConfig, Config, ConfigOptions, clien
 from .._errors import ClientCrashedError, ConfigError
 from .._events import EventHub
 from ..drivers import Dialect, Driver, dialect_of_url, open_dialect_driver
-from ..migrate._migrator import require_schema
+from ..migrate._migrator import Migrator, require_schema
 from ._clock import SystemClock
 from ._supervisor import ClientRun
 
@@ -136,7 +136,7 @@ def _caller_stacklevel() -> int:
 @contextlib.asynccontextmanager
 async def _driver_for(prepared: Prepared) -> AsyncIterator[Driver]:
     if prepared.driver is not None:
-        await require_schema(prepared.driver)
+        await _ensure_schema(prepared.driver, prepared.config, None)
         yield prepared.driver
         return
     assert prepared.url is not None
@@ -144,8 +144,16 @@ async def _driver_for(prepared: Prepared) -> AsyncIterator[Driver]:
     async with open_dialect_driver(
         prepared.dialect, prepared.url, schema=config.schema, **config.driver_options
     ) as driver:
-        await require_schema(driver, database_url=prepared.url)
+        await _ensure_schema(driver, config, prepared.url)
         yield driver
+
+
+async def _ensure_schema(driver: Driver, config: Config, url: str | None) -> None:
+    """With ``auto_migrate``, line main migrated up (under the migrator's lock, so clients
+    starting together migrate once); then one clear error unless the schema is current."""
+    if config.auto_migrate:
+        await Migrator(driver).up()
+    await require_schema(driver, database_url=url)
 
 
 async def run_prepared(prepared: Prepared, *, task_status: TaskStatus[ClientRun]) -> None:

@@ -470,6 +470,7 @@ def test_config_holds_rivers_defaults() -> None:
         "periodic_jobs": (),
         "maintenance": river.MaintenanceConfig(),
         "leader_election_disabled": False,
+        "auto_migrate": False,
         "driver_options": {},
         "clock": None,
     }
