@@ -43,6 +43,7 @@ from ..drivers import Dialect, Driver, dialect_of_url, open_dialect_driver
 from ..migrate._migrator import Migrator, require_schema
 from ._clock import SystemClock
 from ._supervisor import ClientRun
+from ._util import leaves as _leaves
 
 __all__ = ["open_client", "run_client"]
 
@@ -175,15 +176,6 @@ async def run_prepared(prepared: Prepared, *, task_status: TaskStatus[ClientRun]
 
 
 # --- the exception policy -------------------------------------------------------------------
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        out: list[BaseException] = []
-        for e in exc.exceptions:
-            out.extend(_leaves(e))
-        return out
-    return [exc]
 
 
 def _internal_failures(group: BaseExceptionGroup[BaseException]) -> list[BaseException]:

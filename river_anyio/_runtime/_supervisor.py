@@ -65,6 +65,7 @@ from ._periodic import PeriodicEnqueuer
 from ._producer import Producer
 from ._runner import JobRunner
 from ._util import STOP_AND_CANCEL_REASON
+from ._util import leaves as _leaves
 
 __all__ = ["ClientCrashedError", "ClientRun", "Diagnostics", "leader_services"]
 
@@ -545,12 +546,3 @@ def leader_services(run: ClientRun, driver: Driver, clock: Clock) -> list[Leader
     else:
         services.append(Reindexer(**common))
     return services
-
-
-def _leaves(exc: BaseException) -> list[BaseException]:
-    if isinstance(exc, BaseExceptionGroup):
-        out: list[BaseException] = []
-        for e in exc.exceptions:
-            out.extend(_leaves(e))
-        return out
-    return [exc]

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import anyio
 
-__all__ = ["Backoff", "Wakeup", "loop_clock"]
+__all__ = ["Backoff", "Wakeup", "leaves", "loop_clock"]
 
 STOP_TIMEOUT_REASON = "soft stop timeout"
 STOP_AND_CANCEL_REASON = "stop and cancel"
@@ -75,3 +75,13 @@ def loop_clock() -> Callable[[], float]:
 
         return trio.current_time
     return anyio.current_time
+
+
+def leaves(exc: BaseException) -> list[BaseException]:
+    """Every exception in ``exc``, exception groups flattened."""
+    if isinstance(exc, BaseExceptionGroup):
+        out: list[BaseException] = []
+        for e in exc.exceptions:
+            out.extend(leaves(e))
+        return out
+    return [exc]
