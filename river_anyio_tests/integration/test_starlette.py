@@ -22,9 +22,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import river_anyio as river
-from river_anyio._runtime._producer import Producer
 from river_anyio.contrib.starlette import RiverLifespan, river_lifespan
 from river_anyio.drivers import open_driver
+
+from ..faulty import open_faulty
 
 pytestmark = pytest.mark.anyio
 
@@ -185,20 +186,6 @@ async def test_a_request_inserts_a_job_that_is_worked_and_shutdown_is_graceful(
     assert not hasattr(app.state, "river")
 
 
-def crash_on_second_fetch(monkeypatch: pytest.MonkeyPatch) -> None:
-    original = Producer._fetch_once
-    calls = 0
-
-    async def fetch_once(self: Producer) -> float:
-        nonlocal calls
-        calls += 1
-        if calls > 1:
-            raise RuntimeError("producer bug")
-        return await original(self)
-
-    monkeypatch.setattr(Producer, "_fetch_once", fetch_once)
-
-
 def noop_workers() -> river.Workers:
     async def work(ctx: river.WorkContext, job: river.Job[Welcome]) -> None:
         pass
@@ -213,27 +200,35 @@ async def greeting(app: Starlette) -> AsyncIterator[dict[str, Any]]:
     yield {"greeting": "hello"}
 
 
-def crashing_lifespan(url: str, monkeypatch: pytest.MonkeyPatch) -> RiverLifespan:
-    """A lifespan whose client crashes on its producer's second fetch (after an insert)."""
-    crash_on_second_fetch(monkeypatch)
-    return river_lifespan(
-        url,
-        lifespan=greeting,
-        queues={"default": river.QueueConfig(max_workers=2)},
-        workers=noop_workers(),
-        fetch_cooldown=0.01,
-    )
+@contextlib.asynccontextmanager
+async def crashing_lifespan(url: str) -> AsyncIterator[RiverLifespan]:
+    """A lifespan whose client crashes on its producer's second claim (after an insert): a
+    bug injected through the driver protocol, so the client's own fetch path raises it."""
+    async with open_faulty(url) as faulty:
+        faulty.fail("job_get_available", lambda: RuntimeError("producer bug"), skip=1)
+        yield river_lifespan(
+            faulty,
+            lifespan=greeting,
+            queues={"default": river.QueueConfig(max_workers=2)},
+            workers=noop_workers(),
+            fetch_cooldown=0.01,
+        )
 
 
 async def test_a_crashing_client_stops_the_server_with_the_error(
     database_url: str,
     anyio_backend: str,
-    monkeypatch: pytest.MonkeyPatch,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """With ``shutdown_trigger`` (needed by Hypercorn's asyncio worker, which otherwise
     reports a lifespan failure only at shutdown) the server stops by itself."""
-    lifespan = crashing_lifespan(database_url, monkeypatch)
+    async with crashing_lifespan(database_url) as lifespan:
+        await _crash_with_trigger(lifespan, anyio_backend, caplog)
+
+
+async def _crash_with_trigger(
+    lifespan: RiverLifespan, anyio_backend: str, caplog: pytest.LogCaptureFixture
+) -> None:
     port = free_port()
     never = anyio.Event()
     caplog.set_level(logging.ERROR, logger="river_anyio.client")
@@ -267,14 +262,13 @@ async def test_a_crashing_client_stops_the_server_with_the_error(
 
 @pytest.mark.parametrize("anyio_backend", ["trio"])
 async def test_under_hypercorns_trio_worker_a_crash_ends_the_server_without_a_trigger(
-    sqlite_url: str, monkeypatch: pytest.MonkeyPatch, anyio_backend: str
+    sqlite_url: str, anyio_backend: str
 ) -> None:
-    lifespan = crashing_lifespan(sqlite_url, monkeypatch)
     port = free_port()
     never = anyio.Event()
     with anyio.fail_after(SOON * 2):
         with pytest.raises(BaseException) as info:  # noqa: PT011 - checked below
-            async with anyio.create_task_group() as tg:
+            async with crashing_lifespan(sqlite_url) as lifespan, anyio.create_task_group() as tg:
                 tg.start_soon(serve, "trio", make_app(lifespan), port, never.wait)
                 await wait_listening(port)
                 status, _ = await post_json(port, "/signup", {"email": "c@example.com"})
