@@ -557,6 +557,8 @@ def main(
             raise _UsageError("--debug and --verbose are mutually exclusive")
         if args.statement_timeout is not None and args.statement_timeout <= 0.001:
             raise _UsageError("--statement-timeout must be greater than 1ms when set")
+        if args.command == "worker":  # it configures logging itself (--log-level)
+            return _worker_cli.run(args, out=out, err=err)
         with _logging(args, err):
             if (args.version and args.command is None) or args.command == "version":
                 print(f"{PROG} version {__version__}", file=out)
@@ -567,8 +569,6 @@ def main(
                 return 2
             if args.command == "bench":
                 return _bench(args, out)
-            if args.command == "worker":
-                return _worker_cli.run(args, out=out, err=err)
             if args.command == "demo":
                 from ._demo import run_demo
 

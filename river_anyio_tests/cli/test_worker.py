@@ -578,7 +578,7 @@ def test_bad_module_attr_is_one_line(
         (("--soft-stop-timeout", "soon"), "argument --soft-stop-timeout: invalid duration"),
         (("--loop", "uvloop"), "argument --loop: invalid choice"),
         (("--log-level", "loud"), "argument --log-level: invalid choice"),
-        (("--database-url", "mysql://u:pw@h/d"), "--database-url: must start with"),
+        (("--database-url", "mysql://u:pw@h/d"), "--database-url: must be a postgres:// or"),
         ((), "no database: pass --database-url, or set RIVER_DATABASE_URL"),
     ],
 )
