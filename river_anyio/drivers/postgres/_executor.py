@@ -337,7 +337,10 @@ class PostgresExecutor(SharedOperations):
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
             cur = await conn.cursor(binary=binary).execute(query, values)
-            return [] if cur.description is None else await cur.fetchall()
+            # whether it returned columns, read off the result itself: ``cur.description``
+            # builds a Column object per column on every call (most of a claim's overhead)
+            res = cur.pgresult
+            return await cur.fetchall() if res is not None and res.nfields else []
 
         return await self._run(op)
 
