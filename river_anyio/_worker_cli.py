@@ -194,17 +194,20 @@ class DatabaseSource:
     source: str
 
 
-def database_from(flag: str | None, environ: Mapping[str, str]) -> DatabaseSource | None:
-    """The database in River's CLI order: ``--database-url``, then ``RIVER_DATABASE_URL``,
-    then ``DATABASE_URL``, then libpq's ``PG*`` variables (when ``PGDATABASE`` is set, as
-    River's CLI requires); ``None`` when there is none."""
+#: The variables the worker reads a database URL from, in order, after ``--database-url``.
+URL_VARIABLES = ("RIVER_DATABASE_URL", "DATABASE_URL")
+
+
+def database_from(
+    flag: str | None, environ: Mapping[str, str], *, variables: tuple[str, ...] = URL_VARIABLES
+) -> DatabaseSource | None:
+    """The database in River's CLI order: ``--database-url``, then the URL ``variables``
+    (the worker's: ``RIVER_DATABASE_URL``, ``DATABASE_URL``; none for River's verbs), then
+    libpq's ``PG*`` variables (when ``PGDATABASE`` is set, as River's CLI requires); ``None``
+    when there is none. Every verb of the command line finds its database here."""
     from .drivers import redact_url
 
-    for source, value in (
-        ("--database-url", flag),
-        ("RIVER_DATABASE_URL", environ.get("RIVER_DATABASE_URL")),
-        ("DATABASE_URL", environ.get("DATABASE_URL")),
-    ):
+    for source, value in (("--database-url", flag), *((v, environ.get(v)) for v in variables)):
         if value:
             return DatabaseSource(url=value, display=redact_url(value), source=source)
     if environ.get("PGDATABASE"):
