@@ -14,7 +14,7 @@ import river_anyio as river
 from river_anyio._config import ClientConfig
 from river_anyio._events import EventHub
 from river_anyio._runtime._maintenance import RESCUE_ERROR, JobRescuer, JobScheduler
-from river_anyio.drivers import Driver
+from river_anyio.drivers import Driver, JobRescue
 
 from ..faulty import open_faulty
 from .conftest import WAIT, FixedClock, next_event
@@ -227,3 +227,25 @@ async def test_scheduler_reports_unique_conflict_discards(
 @pytest.fixture
 def t0() -> dt.datetime:
     return dt.datetime.now(UTC).replace(microsecond=0) - dt.timedelta(days=3)
+
+
+async def test_rescue_returning_gives_back_only_the_rows_it_changed(
+    database_url: str, t0: dt.datetime
+) -> None:
+    async with env(database_url, FixedClock(t0)) as e:
+        ex = e.driver.executor()
+        stuck = await insert(e.driver, 1, metadata=b'{"river:rescue_count": 4, "x": 1}')
+        await update(e.driver, stuck.id, state="running", attempt=1, attempted_at=t0 - 2 * H)
+        done = await insert(e.driver, 2)  # finished meantime: the guard leaves it alone
+        await update(e.driver, done.id, state="completed", finalized_at=t0)
+        error = b'{"at":"2024-01-01T00:00:00Z","attempt":1,"error":"stuck","trace":""}'
+        rescues = [
+            JobRescue(id=j.id, state=S.DISCARDED, error=error, scheduled_at=t0, finalized_at=t0)
+            for j in (stuck, done)
+        ]
+        (row,) = await ex.job_rescue_many_returning(rescues, stuck_horizon=t0 - H)
+        assert row.id == stuck.id and row.state is S.DISCARDED and row.finalized_at == t0
+        assert row.metadata["river:rescue_count"] == 5 and row.metadata["x"] == 1
+        assert [x.error for x in row.errors] == ["stuck"]
+        assert (await ex.job_get_by_id(done.id)).state is S.COMPLETED  # type: ignore[union-attr]
+        assert await ex.job_rescue_many_returning([], stuck_horizon=t0) == []
