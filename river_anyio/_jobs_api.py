@@ -362,7 +362,11 @@ class JobsAPI(ClientAPI):
                         job_id,
                         delay,
                         exc,
-                        extra={"river_event": "job_wait_failed", "river_job_id": job_id},
+                        extra={
+                            "river_event": "job_wait_failed",
+                            "river_client_id": self._client.id,
+                            "river_job_id": job_id,
+                        },
                     )
                 else:
                     if last.state in FINALIZED_STATES:
