@@ -434,10 +434,12 @@ class JobRunner:
                 started,
                 time.monotonic(),
                 False,
+                None,
             )
         meta: dict[str, Any] = {}
         error_text: str | None = None
         kind = EventKind.JOB_COMPLETED
+        discard_cause: str | None = None
         params: dict[str, Any] = {"id": row.id, "attempt": row.attempt}
 
         def err_elem(exc: BaseException | str, trace: bool = False) -> bytes:
@@ -484,6 +486,7 @@ class JobRunner:
             )
         elif isinstance(result, DiscardOutcome):
             kind = EventKind.JOB_FAILED
+            discard_cause = "discard"
             params.update(
                 state=JobState.DISCARDED,
                 finalized_at=now,
@@ -496,6 +499,11 @@ class JobRunner:
             elem = err_elem(result.exc, result.trace)
             if row.attempt >= row.max_attempts:
                 params.update(state=JobState.DISCARDED, finalized_at=now, error=elem)
+                discard_cause = (
+                    "unknown_kind"
+                    if isinstance(result.exc, UnknownJobKindError)
+                    else "attempts_exhausted"
+                )
             else:
                 nxt = self._next_retry(row, reg, job, now)
                 params.update(
@@ -544,6 +552,7 @@ class JobRunner:
             start=start,
             started=started,
             completed_tx=ctx is not None and ctx._completed_tx,
+            discard_cause=discard_cause,
         )
 
     def _next_retry(
@@ -560,8 +569,11 @@ class JobRunner:
                     extra=job_extra("next_retry_failed", row, self._config.id),
                 )
         if nxt is None:
+            policy = self._config.retry_policy
+            if reg is not None and reg.retry_policy is not None:
+                policy = reg.retry_policy  # the kind's own (Workers.add(retry_policy=...))
             try:
-                nxt = self._config.retry_policy.next_retry(row, now)
+                nxt = policy.next_retry(row, now)
             except Exception:
                 logger.exception(
                     "retry policy raised; using River's default",

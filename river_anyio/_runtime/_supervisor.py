@@ -439,7 +439,13 @@ class ClientRun:
             timings["pauses"] = config.completer_pauses
         if config.completer_try_timeout is not None:
             timings["try_timeout"] = config.completer_try_timeout
-        completer = Completer(driver, client_id=config.id, events=self._events, **timings)
+        completer = Completer(
+            driver,
+            client_id=config.id,
+            events=self._events,
+            waiters=self.client._job_waiters,
+            **timings,
+        )
         self._completer = completer
         thread_limiter = anyio.CapacityLimiter(config.thread_workers)
         process_runner = None
@@ -536,7 +542,7 @@ def leader_services(run: ClientRun, driver: Driver, clock: Clock) -> list[Leader
     }
     services: list[LeaderService] = [
         JobCleaner(interval=m.job_cleaner_interval, **common),
-        JobRescuer(interval=m.rescuer_interval, **common),
+        JobRescuer(interval=m.rescuer_interval, waiters=run.client._job_waiters, **common),
         JobScheduler(
             interval=m.scheduler_interval,
             notify_insert=run.client._notify_queues,
