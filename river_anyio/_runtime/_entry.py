@@ -172,6 +172,7 @@ async def run_prepared(prepared: Prepared, *, task_status: TaskStatus[ClientRun]
             hooks=config.hooks,
             periodic_jobs=config.periodic_jobs,
             never_leader=config.leader_election_disabled,
+            database_url=prepared.url,
         )
         run = ClientRun(client, config, EventHub())
         await run._run(driver, config.clock or SystemClock(), task_status=task_status)
