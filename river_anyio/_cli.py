@@ -418,7 +418,7 @@ def _require_existing_sqlite(target: _Target, command: str) -> None:
     from .drivers.sqlite import path_from_url
 
     path = path_from_url(target.url)
-    if not os.path.exists(path):
+    if path != ":memory:" and not os.path.exists(path):
         raise _CommandError(
             f"no SQLite database at {path} ({command} does not create one; "
             f"create it with: {PROG} migrate-up --database-url {shlex.quote(target.label)})"

@@ -102,11 +102,14 @@ async def missing_table_error(
     installs it), when that is why ``exc`` happened; None otherwise."""
     if exc.transient or await driver.executor().table_exists(LEASE_TABLE):
         return None
-    command = migrate_up_command(driver, database_url=database_url, line=LINE_RIVER_ANYIO)
-    return MigrationError(
+    problem = (
         f"leases need table {LEASE_TABLE} of migration line {LINE_RIVER_ANYIO}, which this "
-        f"database lacks: run {command} (or open the client with auto_migrate=True)"
+        "database lacks"
     )
+    if getattr(driver, "path", None) == ":memory:":  # no command can reach it
+        return MigrationError(f"{problem}: open the client with auto_migrate=True")
+    command = migrate_up_command(driver, database_url=database_url, line=LINE_RIVER_ANYIO)
+    return MigrationError(f"{problem}: run {command} (or open the client with auto_migrate=True)")
 
 
 async def take_lease(

@@ -156,6 +156,7 @@ async def _ensure_schema(driver: Driver, config: Config, url: str | None) -> Non
     if config.auto_migrate:
         for line in AUTO_LINES:
             await Migrator(driver, line=line).up()
+        return  # line main is current once its migrator returns
     await require_schema(driver, database_url=url)
 
 

@@ -507,6 +507,12 @@ async def require_schema(driver: Driver, *, database_url: str | None = None) -> 
     result = await Migrator(driver).validate()
     if result.ok:
         return
+    path = getattr(driver, "path", None) if driver.dialect == "sqlite" else None
+    if path == ":memory:":  # it starts empty with every process: only the client can fix it
+        raise MigrationError(
+            "the in-memory database has no River schema: open the client with "
+            "auto_migrate=True (or run river_anyio.migrate.Migrator(driver).up() on it first)"
+        )
     command = migrate_up_command(driver, database_url=database_url)
     if len(result.missing) == len(all_migrations(driver.dialect)):
         problem = "the database has no River schema"
