@@ -87,6 +87,15 @@ async def test_with_lease_runs_once_per_term(lease_url: str) -> None:
         await wait_for(taken_again)
         assert len(runs) == 3
 
+        # fn's exception propagates, and the lease stays taken for its term
+        async def boom() -> None:
+            raise LookupError("boom")
+
+        with pytest.raises(LookupError, match="boom"):
+            await client.with_lease("failing", boom, ttl=30)
+        assert await client.with_lease("failing", fn, ttl=30) is False
+        assert len(runs) == 3
+
 
 async def test_racing_callers_in_one_process_run_once(lease_url: str) -> None:
     async with river.open_client(lease_url) as run:
@@ -122,19 +131,6 @@ async def test_an_expired_lease_is_taken_after_its_term(lease_url: str) -> None:
     assert row[2] >= old.expires_at
 
 
-async def test_fn_exceptions_propagate_and_the_lease_stays(lease_url: str) -> None:
-    async with river.open_client(lease_url) as run:
-
-        async def boom() -> None:
-            raise LookupError("boom")
-
-        with pytest.raises(LookupError, match="boom"):
-            await run.client.with_lease("failing", boom, ttl=30)
-        runs, fn = counter()
-        assert await run.client.with_lease("failing", fn, ttl=30) is False
-        assert runs == []
-
-
 BAD_ARGUMENTS: list[tuple[Any, Any, str, str]] = [
     ("", 1, "name", "1 to 255 characters"),
     ("x" * 256, 1, "name", "1 to 255 characters"),
@@ -162,17 +158,14 @@ async def test_bad_arguments_are_validation_errors_before_any_sql(sqlite_url: st
                 assert info.value.field == field
                 with pytest.raises(river.ValidationError, match=rule):
                     run.client.lease(name, ttl=ttl)  # checked by the call, not on entry
-    assert not [op for op in faulty.calls if op.startswith("lease_")]
-    assert runs == []
-
-
-async def test_fn_must_be_async(lease_url: str) -> None:
-    async with river.open_client(lease_url) as run:
-        with pytest.raises(river.ValidationError, match="async callable") as info:
-            await run.client.with_lease("f", "not callable", ttl=1)  # type: ignore[arg-type]
-        assert info.value.field == "fn"
-        with pytest.raises(river.ValidationError, match="non-awaitable"):
-            await run.client.with_lease("f", lambda: None, ttl=1)  # type: ignore[arg-type,return-value]
+            assert not [op for op in faulty.calls if op.startswith("lease_")]
+            assert runs == []
+            with pytest.raises(river.ValidationError, match="async callable") as info:
+                await run.client.with_lease("f", "not callable", ttl=1)  # type: ignore[arg-type]
+            assert info.value.field == "fn"
+            await install_leases(sqlite_url)
+            with pytest.raises(river.ValidationError, match="non-awaitable"):
+                await run.client.with_lease("f", lambda: None, ttl=1)  # type: ignore[arg-type,return-value]
 
 
 async def test_a_database_without_the_line_names_the_command(database_url: str) -> None:
@@ -240,6 +233,11 @@ async def test_a_held_lease_is_renewed_and_released(lease_url: str) -> None:
         async with client.lease("block", ttl=5) as again:
             assert again is not None
         assert await lease_rows(client) == []
+        # the block's exception propagates unchanged (not as a group), and the lease is released
+        with pytest.raises(KeyError, match="inside"):
+            async with client.lease("exc", ttl=5):
+                raise KeyError("inside")
+        assert await lease_rows(client) == []
 
 
 async def test_a_lease_held_elsewhere_gives_none_and_starts_nothing(lease_url: str) -> None:
@@ -251,14 +249,6 @@ async def test_a_lease_held_elsewhere_gives_none_and_starts_nothing(lease_url: s
             async with run.client.lease("busy", ttl=1) as held:
                 assert held is None
             assert dict(faulty.calls) == {"lease_take": 1}  # no renewal, no release
-
-
-async def test_the_block_exception_propagates_unchanged_and_releases(lease_url: str) -> None:
-    async with river.open_client(lease_url) as run:
-        with pytest.raises(KeyError, match="inside"):
-            async with run.client.lease("exc", ttl=5):
-                raise KeyError("inside")
-        assert await lease_rows(run.client) == []
 
 
 async def test_a_transient_renewal_failure_is_retried(lease_url: str) -> None:
