@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, ClassVar
 
 import anyio
@@ -16,6 +17,7 @@ import river_anyio as river
 from river_anyio._timeutil import parse_sqlite_timestamp
 from river_anyio.drivers import open_driver
 from river_anyio.migrate import LINE_RIVER_ANYIO, Migrator, all_migrations
+from river_anyio.testing import sqlite_test_database
 
 from ..faulty import FaultyDriver
 
@@ -317,3 +319,11 @@ async def test_unused_leases_cost_no_statement(lease_url: str) -> None:
                 await done.wait()
     assert faulty.calls  # the client did run statements through the driver
     assert not [op for op in faulty.calls if op.startswith("lease_")]
+
+
+async def test_test_databases_have_the_lease_table(tmp_path: Path) -> None:
+    """river_anyio.testing's databases are migrated as auto_migrate does: leases work there."""
+    async with sqlite_test_database(tmp_path / "t.sqlite3") as db, db.open_client() as run:
+        runs, fn = counter()
+        assert await run.client.with_lease("in-a-test", fn, ttl=1)
+    assert runs == [1]
