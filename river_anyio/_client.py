@@ -25,6 +25,7 @@ from ._lease import Lease, check_lease_name, lease_ttl_seconds, take_lease
 from ._limiter import KeyedBurstLimiter
 from ._periodic import PeriodicJob, PeriodicJobs
 from ._queues_api import LocalQueues, QueuesAPI
+from ._runtime._lease import hold_lease
 from ._timeutil import utc_now
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
@@ -176,8 +177,6 @@ class Client:
         and released when it ends; if it cannot be renewed before its term ends, the block
         is cancelled and :class:`LeaseLostError` raised.
         """
-        from ._runtime._lease import hold_lease
-
         name = check_lease_name(name)
         seconds = lease_ttl_seconds(ttl)
         return hold_lease(
