@@ -129,7 +129,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--auto-migrate",
         action="store_true",
-        help="apply River's pending migrations (line main) before starting",
+        help="apply pending migrations (line main, then line river_anyio) before starting",
     )
     p.set_defaults(worker_parser=p)
 

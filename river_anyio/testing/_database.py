@@ -18,6 +18,7 @@ from .._runtime._entry import open_client
 from .._runtime._supervisor import ClientRun
 from ..drivers import dialect_of_url, open_driver
 from ..migrate import Migrator
+from ..migrate._migrator import AUTO_LINES
 
 __all__ = ["MigratedDatabase", "postgres_test_schema", "sqlite_test_database"]
 
@@ -28,7 +29,7 @@ _DROP_TIMEOUT = 30.0
 
 @attrs.frozen(kw_only=True)
 class MigratedDatabase:
-    """A database with River's schema: its URL and, on PostgreSQL, the schema holding the
+    """A database with River's schema (and line river_anyio's tables): its URL and, on PostgreSQL, the schema holding the
     tables (pass both to :func:`~river_anyio.open_client`, or use :meth:`open_client`)."""
 
     url: str
@@ -45,8 +46,10 @@ class MigratedDatabase:
 
 
 async def _migrate(url: str, schema: str | None) -> None:
+    """Lines main and river_anyio, as ``auto_migrate`` installs them (leases work)."""
     async with open_driver(url, schema=schema) as driver:
-        await Migrator(driver).up()
+        for line in AUTO_LINES:
+            await Migrator(driver, line=line).up()
 
 
 @contextlib.asynccontextmanager
