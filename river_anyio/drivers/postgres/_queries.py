@@ -243,6 +243,35 @@ SELECT * FROM claimed ORDER BY priority, scheduled_at, id"""
     def job_get_available_kinds(self) -> str:
         return self._claim(kinds=True)
 
+    # --- global queue limits (migration line river_anyio) -----------------------------------
+
+    @cached_property
+    def queue_limit_lock(self) -> str:
+        """Lock the queue's limiter row (created on first use) until the transaction ends,
+        and read its rate window and the transaction's now in microseconds since the epoch
+        (the instant the claim stamps ``attempted_at`` with). Parameter: the queue."""
+        return f"""
+INSERT INTO {self.prefix}river_anyio_queue_limit AS l (queue)
+VALUES (%s::text)
+ON CONFLICT (queue) DO UPDATE SET queue = l.queue
+RETURNING l.starts, round(extract(epoch FROM now()) * 1000000)::bigint"""
+
+    @cached_property
+    def queue_limit_running(self) -> str:
+        """The queue's running jobs (River's (state, queue, ...) index). Parameter: queue."""
+        return (
+            f"SELECT count(*) FROM {self.prefix}river_job "
+            "WHERE state = 'running' AND queue = %s::text"
+        )
+
+    @cached_property
+    def queue_limit_save(self) -> str:
+        """Store the rate window. Parameters: the window's JSON text, the queue."""
+        return (
+            f"UPDATE {self.prefix}river_anyio_queue_limit "
+            "SET starts = %s::text, updated_at = now() WHERE queue = %s::text"
+        )
+
     def _set_state_many(self, *, lean: bool) -> str:
         """The batch completion. Parameters (one text per column, see ``_executor``): ids,
         attempts and states joined by commas; new attempts, finalized_at and scheduled_at
