@@ -498,7 +498,8 @@ class Config:
         periodic_jobs: :class:`PeriodicJob` instances the client inserts while it leads.
         maintenance: The leader's maintenance services (:class:`MaintenanceConfig`).
         leader_election_disabled: Never take part in leader elections (False).
-        auto_migrate: Migrate line ``main`` up to the latest version before starting, under
+        auto_migrate: Migrate line ``main``, then line ``river_anyio`` (river_anyio's own
+            tables, e.g. leases), up to the latest version before starting, under
             the migrator's lock (False: a missing or outdated schema is a
             :class:`MigrationError` naming the command that fixes it). The zero-config
             default for an embedded SQLite file; on PostgreSQL a development convenience

@@ -129,7 +129,7 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument(
         "--auto-migrate",
         action="store_true",
-        help="apply River's pending migrations (line main) before starting",
+        help="apply pending migrations (line main, then line river_anyio) before starting",
     )
     p.set_defaults(worker_parser=p)
 
@@ -409,10 +409,11 @@ async def _watch_signals(signals: AsyncIterator[int], stopper: _Stopper) -> None
 
 async def _migrate(database: DatabaseSource, config: Config) -> None:
     from .drivers import open_driver
-    from .migrate import Migrator
+    from .migrate import LINE_RIVER_ANYIO, Migrator
 
     async with open_driver(database.url, schema=config.schema, **config.driver_options) as driver:
         result = await Migrator(driver).up()
+        await Migrator(driver, line=LINE_RIVER_ANYIO).up()
     if result.versions:
         logger.info(
             "applied %d migrations (through %03d) to %s",

@@ -40,7 +40,7 @@ from .._config import CONFIG_OPTIONS, ClientConfig, Config, ConfigOptions, clien
 from .._errors import ClientCrashedError, ConfigError
 from .._events import EventHub
 from ..drivers import Dialect, Driver, dialect_of_url, open_dialect_driver
-from ..migrate._migrator import Migrator, require_schema
+from ..migrate._migrator import AUTO_LINES, Migrator, require_schema
 from ._clock import SystemClock
 from ._supervisor import ClientRun
 from ._util import leaves as _leaves
@@ -150,10 +150,12 @@ async def _driver_for(prepared: Prepared) -> AsyncIterator[Driver]:
 
 
 async def _ensure_schema(driver: Driver, config: Config, url: str | None) -> None:
-    """With ``auto_migrate``, line main migrated up (under the migrator's lock, so clients
-    starting together migrate once); then one clear error unless the schema is current."""
+    """With ``auto_migrate``, line main then line river_anyio migrated up (under the
+    migrator's lock, so clients starting together migrate once); then one clear error unless
+    line main is current (line river_anyio is checked by the features using it)."""
     if config.auto_migrate:
-        await Migrator(driver).up()
+        for line in AUTO_LINES:
+            await Migrator(driver, line=line).up()
     await require_schema(driver, database_url=url)
 
 

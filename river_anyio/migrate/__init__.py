@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from ._migrator import (
     LINE_MAIN,
+    LINE_RIVER_ANYIO,
     AppliedMigration,
     MigrateResult,
     MigrateVersion,
@@ -23,6 +24,7 @@ from ._migrator import (
 
 __all__ = (
     "LINE_MAIN",
+    "LINE_RIVER_ANYIO",
     "AppliedMigration",
     "MigrateResult",
     "MigrateVersion",

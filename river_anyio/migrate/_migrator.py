@@ -27,7 +27,9 @@ from .._errors import MigrationError, ValidationError
 from ..drivers import Dialect, Driver, Executor, redact_url
 
 __all__ = [
+    "AUTO_LINES",
     "LINE_MAIN",
+    "LINE_RIVER_ANYIO",
     "AppliedMigration",
     "MigrateResult",
     "MigrateVersion",
@@ -43,6 +45,11 @@ __all__ = [
 logger = logging.getLogger("river_anyio.migrate")
 
 LINE_MAIN = "main"
+#: river_anyio's own tables (leases, ...), a line River Go's migrator leaves alone.
+LINE_RIVER_ANYIO = "river_anyio"
+#: The lines ``auto_migrate`` installs, in order (line river_anyio needs main's
+#: ``river_migration.line`` column).
+AUTO_LINES = (LINE_MAIN, LINE_RIVER_ANYIO)
 #: River's placeholder in our SQL files, replaced by ``"schema".`` or nothing.
 SCHEMA_PLACEHOLDER = "/*river:schema*/"
 _VERSION_TABLE_ADDED = 1
