@@ -52,8 +52,8 @@ from ._periodic import PeriodicJobHandle as PeriodicJobHandle
 from ._periodic import PeriodicJobs as PeriodicJobs
 from ._periodic import PeriodicSchedule as PeriodicSchedule
 from ._periodic import every as every
-from ._queues_api import LocalQueues as LocalQueues
 from ._queue_limits import RateLimit as RateLimit
+from ._queues_api import LocalQueues as LocalQueues
 from ._queues_api import QueuesAPI as QueuesAPI
 from ._resumable import ResumableStepError as ResumableStepError
 from ._retry import DefaultRetryPolicy as DefaultRetryPolicy

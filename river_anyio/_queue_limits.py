@@ -18,6 +18,8 @@ from __future__ import annotations
 import datetime as dt
 import json
 import math
+from typing import Any
+
 import attrs
 
 from ._errors import ConfigError
@@ -51,16 +53,18 @@ def limits_table_missing(queue: str) -> str:
     )
 
 
-def _count(_inst: object, _attr: object, value: object) -> None:
+def _count(_inst: object, _attr: object, value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError("rate_limit.count", f"must be an int, not {type(value).__name__}", value)
     if not 1 <= value <= RATE_LIMIT_MAX_COUNT:
         raise ConfigError(
-            "rate_limit.count", f"must be between 1 and {RATE_LIMIT_MAX_COUNT:,}, got {value}", value
+            "rate_limit.count",
+            f"must be between 1 and {RATE_LIMIT_MAX_COUNT:,}, got {value}",
+            value,
         )
 
 
-def _per(value: object) -> float:
+def _per(value: Any) -> float:
     if isinstance(value, dt.timedelta):
         value = value.total_seconds()
     if isinstance(value, bool) or not isinstance(value, int | float):

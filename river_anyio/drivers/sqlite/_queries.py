@@ -275,9 +275,7 @@ RETURNING starts"""
     @cached_property
     def queue_limit_running(self) -> str:
         """The queue's running jobs. ?1: the queue."""
-        return (
-            f"SELECT count(*) FROM {self.prefix}river_job WHERE state = 'running' AND queue = ?1"
-        )
+        return f"SELECT count(*) FROM {self.prefix}river_job WHERE state = 'running' AND queue = ?1"
 
     @cached_property
     def queue_limit_save(self) -> str:
