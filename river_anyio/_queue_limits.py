@@ -1,16 +1,19 @@
 """Global limits of a queue, shared by every river_anyio client that works it.
 
 :class:`RateLimit` is the public value (``QueueConfig(rate_limit=...)``). The rest is the
-arithmetic both drivers run inside a limited claim's transaction, pure so it is tested alone:
+arithmetic both drivers run inside a limited claim's transaction, pure so it is tested alone.
 
 The rate limit is a *sliding window log*. The queue's limiter row holds the starts of the
-last window as ``[[microseconds since the epoch, jobs started], ...]`` (JSON text), one entry
-per claim that started jobs, stamped with the very instant the claim writes to
-``attempted_at``. A claim at instant ``now`` may start ``count`` minus the jobs of every entry
-later than ``now - per``; so no window of ``per`` seconds, wherever it begins, holds more than
-``count`` starts (no burst). Entries are kept a little longer than one window
-(:data:`KEEP_EXTRA`): a claim whose transaction began earlier (its ``now`` is older) but that
-waited for the lock still sees the entries it must count.
+last window as ``[[microseconds since the epoch, jobs started], ...]`` (JSON text). A claim
+reads the clock once it holds the row's lock (so the instants increase from one claim to the
+next), may start ``count`` minus the jobs of every entry later than ``now - per``, stamps the
+rows it claims with that instant as ``attempted_at``, and adds an entry. So no window of
+``per`` seconds, wherever it begins, holds more than ``count`` starts: there is no burst.
+
+An entry's instant is rounded *up* to a grid of ``per / 100`` and merged with an entry of the
+same instant, which keeps the log to about a hundred entries however many claims a window
+sees; the cost is that a start may count against the limit up to 1 % of ``per`` longer than
+it strictly must (never shorter).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import attrs
 from ._errors import ConfigError
 
 __all__ = [
-    "KEEP_EXTRA_US",
+    "GRID_PER_WINDOW",
     "LIMITS_TABLE",
     "MIGRATE_COMMAND",
     "RateLimit",
@@ -37,9 +40,8 @@ __all__ = [
 LIMITS_TABLE = "river_anyio_queue_limit"
 #: The command that installs it.
 MIGRATE_COMMAND = "river-anyio migrate-up --line river_anyio"
-#: How much longer than a window entries are kept (microseconds): longer than a claim may
-#: wait for the limiter's lock (the producer gives a claim 10 s).
-KEEP_EXTRA_US = 30_000_000
+#: Entries are rounded up to a grid of ``per`` divided by this (see the module docstring).
+GRID_PER_WINDOW = 100
 
 RATE_LIMIT_MAX_COUNT = 1_000_000
 
@@ -114,13 +116,18 @@ class RateWindow:
         return max(0, limit.count - self.started_since(now - per))
 
     def record(self, now: int, started: int, limit: RateLimit) -> None:
-        """``started`` jobs started at ``now``: add them, and forget entries no claim can
-        need any more."""
-        keep_after = now - round(limit.per * 1e6) - KEEP_EXTRA_US
-        entries = [e for e in self.entries if e[0] > keep_after]
+        """``started`` jobs started at ``now``: add them (at ``now`` rounded up to the grid),
+        and forget the entries that left the window."""
+        per = round(limit.per * 1e6)
+        entries = [e for e in self.entries if e[0] > now - per]
         if started > 0:
-            entries.append([now, started])
-            entries.sort()
+            grid = max(1, per // GRID_PER_WINDOW)
+            at = -(-now // grid) * grid
+            if entries and entries[-1][0] == at:
+                entries[-1] = [at, entries[-1][1] + started]
+            else:
+                entries.append([at, started])
+                entries.sort()
         self.entries = entries
 
     def reopens_in(self, now: int, limit: RateLimit) -> float:

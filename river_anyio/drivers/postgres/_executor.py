@@ -488,12 +488,17 @@ class PostgresExecutor(SharedOperations):
                 jobs: list[JobRow] = []
                 if allowed > 0:
                     values: tuple[Any, ...]
-                    if kinds is None:
-                        query = q.job_get_available
-                        values = (queue, Int8(allowed), by, by, client_id)
-                    else:
-                        query = q.job_get_available_kinds
-                        values = (queue, list(kinds), Int8(allowed), by, by, client_id)
+                    head: tuple[Any, ...] = (queue,) if kinds is None else (queue, list(kinds))
+                    if window is None:
+                        query = q.job_get_available if kinds is None else q.job_get_available_kinds
+                        values = (*head, Int8(allowed), by, by, client_id)
+                    else:  # the starts are stamped with the instant the window was read at
+                        query = (
+                            q.job_get_available_at
+                            if kinds is None
+                            else q.job_get_available_kinds_at
+                        )
+                        values = (*head, Int8(allowed), Int8(now), by, by, client_id)
                     cur = await conn.cursor(binary=True).execute(query, values)
                     jobs = rows_to_jobs(await cur.fetchall())
                 reopens_in = 0.0
