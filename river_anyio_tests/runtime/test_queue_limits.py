@@ -308,3 +308,52 @@ async def test_a_local_queue_with_limits_needs_the_table(database_url: str) -> N
             await run.client.local_queues.add(
                 "added", river.QueueConfig(max_workers=1, rate_limit=river.RateLimit(1, per=1))
             )
+
+
+async def test_a_used_up_rate_waits_for_the_window_instead_of_claiming(database_url: str) -> None:
+    await migrate_limits(database_url)
+    recorder = Recorder()
+    recorder.expected = 2
+    per = dt.timedelta(milliseconds=500)
+    rate = river.RateLimit(2, per=per)
+    # a poll interval far beyond the window: only the hold can make the claim on time
+    queues = {"rated": river.QueueConfig(max_workers=5, rate_limit=rate, fetch_poll_interval=5)}
+    async with open_faulty(database_url) as faulty:
+        async with river.open_client(
+            faulty, queues=queues, workers=recorder.workers(), **options()
+        ) as run:
+            new = [river.InsertManyParams(Nap(), river.InsertOpts(queue="rated"))] * 2
+            await run.client.insert_many(new)
+            with anyio.fail_after(WAIT):
+                await recorder.all_done.wait()
+            # the window is used up: these two wake the producer, which waits for the
+            # window to reopen and then claims them, instead of claiming nothing now
+            recorder.all_done = anyio.Event()
+            recorder.expected = 4
+            await run.client.insert_many(new)
+            with anyio.fail_after(WAIT):
+                await recorder.all_done.wait()
+            claims = faulty.calls["job_get_available_limited"]
+    assert 2 <= claims <= 4, claims
+    async with open_driver(database_url) as driver:
+        rows = await driver.executor().job_list(queues=["rated"])
+    starts = sorted(r.attempted_at for r in rows if r.attempted_at is not None)
+    assert len(starts) == 4
+    assert per - dt.timedelta(milliseconds=1) <= starts[2] - starts[0] < 4 * per
+
+
+async def test_a_failed_limited_claim_is_retried(database_url: str) -> None:
+    await migrate_limits(database_url)
+    await insert(database_url, "capped", 3)
+    recorder = Recorder()
+    recorder.expected = 3
+    queues = {"capped": river.QueueConfig(max_workers=5, global_max_workers=2)}
+    async with open_faulty(database_url) as faulty:
+        fault = faulty.fail("job_get_available_limited", times=1)
+        async with river.open_client(
+            faulty, queues=queues, workers=recorder.workers(), **options()
+        ):
+            with anyio.fail_after(WAIT):
+                await recorder.all_done.wait()
+        assert fault.hits == 1
+    assert recorder.most <= 2
