@@ -229,6 +229,29 @@ async def test_the_limited_claim_takes_what_the_limits_allow(database_url: str) 
         assert (len(rest.jobs), rest.allowed, rest.reopens_in) == (2, 10, 0.0)
 
 
+async def test_the_limited_claim_filters_kinds(database_url: str) -> None:
+    await migrate_limits(database_url)
+    await insert(database_url, "q", 3)
+    async with open_driver(database_url) as driver:
+        ex = driver.executor()
+        rate = river.RateLimit(10, per=60)
+        none = await ex.job_get_available_limited(
+            queue="q", max_to_lock=5, client_id="a", kinds=["other"], rate_limit=rate
+        )
+        assert (len(none.jobs), none.allowed, none.reopens_in) == (0, 5, 0.0)
+        some = await ex.job_get_available_limited(
+            queue="q", max_to_lock=2, client_id="a", kinds=[Nap.kind], rate_limit=rate,
+            global_max_workers=5,
+        )  # fmt: skip
+        assert [j.kind for j in some.jobs] == [Nap.kind] * 2
+        # one claim, one instant: the one its window entry was recorded at
+        assert len({j.attempted_at for j in some.jobs}) == 1
+        last = await ex.job_get_available_limited(
+            queue="q", max_to_lock=5, client_id="a", kinds=[Nap.kind], global_max_workers=3
+        )
+        assert (len(last.jobs), last.allowed) == (1, 1)
+
+
 async def test_unlimited_queues_run_no_limit_statement(database_url: str) -> None:
     await insert(database_url, "default", 3)
     recorder = Recorder()
