@@ -55,10 +55,14 @@ class FetchPacer:
         poll_interval: float,
         clock: Callable[[], float],
         jitter: Callable[[float, float], float] = random.uniform,
+        fixed_prefetch: int | None = None,
         prefetch: bool = True,
     ) -> None:
         self.max_workers = max_workers
         self.cooldown_interval = cooldown
+        #: rows claimed ahead after every claim that meets a backlog, instead of the measured
+        #: number (tests use it to hold rows in the ready queue)
+        self._fixed_prefetch = fixed_prefetch
         #: whether rows may be claimed ahead (not for a queue with global limits)
         self.prefetch_allowed = prefetch
         self.poll_interval = poll_interval
@@ -166,7 +170,12 @@ class FetchPacer:
         now = self._clock()
         previous, self._last_claim = self._last_claim, (now, finished)
         self.prefetch = 0
-        if not backlog or previous is None or not self.prefetch_allowed:
+        if not backlog or not self.prefetch_allowed:
+            return
+        if self._fixed_prefetch is not None:
+            self.prefetch = self._fixed_prefetch
+            return
+        if previous is None:
             return
         elapsed = now - previous[0]
         if elapsed <= 0:

@@ -84,6 +84,7 @@ class Producer:
             cooldown=config.queue_cooldown(queue),
             poll_interval=config.queue_poll_interval(queue),
             clock=anyio.current_time,
+            fixed_prefetch=config.fixed_prefetch,
             prefetch=self._limits is None,
         )
         self._pool = WorkerPool(
@@ -107,6 +108,7 @@ class Producer:
         self._backoff = Backoff()
         self._lost_claims = LostClaims(driver, queue=queue, client_id=config.id)
         self.fetches = 0
+        self.fetch_turns = 0
 
     # --- controls (called by the supervisor and the notifier) ---------------------------------
 
@@ -229,6 +231,12 @@ class Producer:
 
     async def _fetch_once(self) -> float:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
+        try:
+            return await self._fetch_turn()
+        finally:
+            self.fetch_turns += 1
+
+    async def _fetch_turn(self) -> float:
         lost = self._lost_claims
         if lost.pending_since is not None and not await lost.recover(self._pool.job_ids()):
             return self._backoff.next_delay()  # a failed claim is not recovered yet
@@ -260,7 +268,7 @@ class Producer:
         # the queue is drained, or a limit cut the claim (global_max_workers counts rows
         # until their results are written)
         if len(rows) < limit:
-            self._completer.flush_soon()  # the queue is drained: write results promptly
+            self._completer.flush_soon()  # write results promptly
         return 0.0
 
     async def _claim(self, limit: int) -> list[JobRow]:

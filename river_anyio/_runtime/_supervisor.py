@@ -76,7 +76,11 @@ logger = logging.getLogger("river_anyio.client")
 class QueueDiagnostics:
     active_jobs: int
     paused: bool
+    #: claims sent to the database
     fetches: int
+    #: turns of the fetch loop that have ended, whether they claimed or not (a paused
+    #: queue's turns send nothing): a turn that ends after another began after it ended
+    fetch_turns: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -218,6 +222,7 @@ class ClientRun:
                     active_jobs=q.producer.active_jobs,
                     paused=q.producer.paused,
                     fetches=q.producer.fetches,
+                    fetch_turns=q.producer.fetch_turns,
                 )
                 for name, q in self._queues.items()
             },
