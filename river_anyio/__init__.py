@@ -24,6 +24,7 @@ from ._errors import DatabaseBusyError as DatabaseBusyError
 from ._errors import DatabaseError as DatabaseError
 from ._errors import IntegrityError as IntegrityError
 from ._errors import JobRunningError as JobRunningError
+from ._errors import LeaseLostError as LeaseLostError
 from ._errors import MigrationError as MigrationError
 from ._errors import NotFoundError as NotFoundError
 from ._errors import PoolTimeoutError as PoolTimeoutError
@@ -46,6 +47,7 @@ from ._job import UniqueOpts as UniqueOpts
 from ._jobs_api import JobListCursor as JobListCursor
 from ._jobs_api import JobListResult as JobListResult
 from ._jobs_api import JobsAPI as JobsAPI
+from ._lease import Lease as Lease
 from ._periodic import IntervalSchedule as IntervalSchedule
 from ._periodic import PeriodicJob as PeriodicJob
 from ._periodic import PeriodicJobHandle as PeriodicJobHandle
@@ -103,6 +105,8 @@ __all__ = (
     "JobState",
     "JobTimings",
     "JobsAPI",
+    "Lease",
+    "LeaseLostError",
     "LocalQueues",
     "MaintenanceConfig",
     "MigrationError",

@@ -14,13 +14,14 @@ import inspect
 import logging
 import re
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from ._errors import ConfigError, ValidationError
 from ._insert import InsertManyParams, build_insert_params
 from ._job import InsertOpts, InsertResult, JobState
 from ._jobs_api import JobsAPI
+from ._lease import Lease, check_lease_name, lease_ttl_seconds, take_lease
 from ._limiter import KeyedBurstLimiter
 from ._periodic import PeriodicJob, PeriodicJobs
 from ._queues_api import LocalQueues, QueuesAPI
@@ -86,8 +87,11 @@ class Client:
         hooks: Sequence[Any] = (),
         periodic_jobs: Sequence[PeriodicJob] = (),
         never_leader: bool = False,
+        database_url: str | None = None,
     ) -> None:
         self._driver = driver
+        #: The URL the client was opened with, for error messages (shown redacted).
+        self._database_url = database_url
         self._id = id
         self._max_attempts = max_attempts
         self._insert_middleware = [
@@ -132,6 +136,57 @@ class Client:
     def transaction(self) -> contextlib.AbstractAsyncContextManager[Executor]:
         """A transaction on the client's database, for ``*_tx`` calls and your own queries."""
         return self._driver.transaction()
+
+    # --- leases -----------------------------------------------------------------------------
+
+    async def with_lease(
+        self, name: str, fn: Callable[[], Awaitable[object]], *, ttl: float | dt.timedelta
+    ) -> bool:
+        """Run ``fn()`` (async, no arguments) if this call takes the lease ``name``: True when
+        it ran, False, silently, when the lease is held.
+
+        The lease lasts ``ttl`` (seconds or a timedelta) from when it was taken and is not
+        released when ``fn`` returns, so a replica that fires a little later also skips;
+        a holder that crashed frees it when its term passes. Exceptions of ``fn`` propagate.
+        Needs migration line ``river_anyio`` (``auto_migrate`` installs it).
+        """
+        name = check_lease_name(name)
+        seconds = lease_ttl_seconds(ttl)
+        if not callable(fn):
+            raise ValidationError("fn", "must be an async callable taking no arguments", fn)
+        row = await take_lease(
+            self._driver, name=name, holder=self._id, ttl=seconds, database_url=self._database_url
+        )
+        if row is None:
+            return False
+        result = fn()
+        if not inspect.isawaitable(result):
+            raise ValidationError(
+                "fn", "must be an async callable (it returned a non-awaitable)", fn
+            )
+        await result
+        return True
+
+    def lease(
+        self, name: str, *, ttl: float | dt.timedelta
+    ) -> contextlib.AbstractAsyncContextManager[Lease | None]:
+        """Hold the lease ``name`` across a block: ``async with client.lease(name, ttl=30) as
+        held:`` gives a :class:`Lease`, or None when someone else holds it (the block still
+        runs; check it). A held lease is renewed every third of ``ttl`` while the block runs
+        and released when it ends; if it cannot be renewed before its term ends, the block
+        is cancelled and :class:`LeaseLostError` raised.
+        """
+        from ._runtime._lease import hold_lease
+
+        name = check_lease_name(name)
+        seconds = lease_ttl_seconds(ttl)
+        return hold_lease(
+            self._driver,
+            name=name,
+            holder=self._id,
+            ttl=seconds,
+            database_url=self._database_url,
+        )
 
     # --- building ---------------------------------------------------------------------------
 

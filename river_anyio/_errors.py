@@ -10,6 +10,7 @@ Every error the library raises on purpose derives from :class:`RiverError`::
     ├── JobRunningError                       the job is running (River's ErrJobRunning)
     ├── ResumableStepError (also RuntimeError) resumable steps misused (river_anyio._resumable)
     ├── MigrationError                        a migration cannot run or the schema is not current
+    ├── LeaseLostError                        a held lease expired or was taken before its block ended
     ├── ClientCrashedError                    a running client's internal service failed
     └── DatabaseError                         the database failed; translated driver errors
         ├── ConnectionLostError               the connection dropped or could not be opened (transient)
@@ -73,6 +74,17 @@ class JobRunningError(RiverError):
 
 class MigrationError(RiverError):
     """A migration could not be applied, or the requested change is not possible."""
+
+
+class LeaseLostError(RiverError):
+    """A lease held by ``async with client.lease(...)`` could not be renewed before it expired
+    (or its row was gone), so another holder may take it: the block was cancelled. ``name``
+    is the lease's name."""
+
+    def __init__(self, name: str, reason: str) -> None:
+        self.name = name
+        self.reason = reason
+        super().__init__(f"lease {name!r} was lost: {reason}")
 
 
 class ClientCrashedError(RiverError):

@@ -156,6 +156,7 @@ async def _ensure_schema(driver: Driver, config: Config, url: str | None) -> Non
     if config.auto_migrate:
         for line in AUTO_LINES:
             await Migrator(driver, line=line).up()
+        return  # line main is current once its migrator returns
     await require_schema(driver, database_url=url)
 
 
@@ -172,6 +173,7 @@ async def run_prepared(prepared: Prepared, *, task_status: TaskStatus[ClientRun]
             hooks=config.hooks,
             periodic_jobs=config.periodic_jobs,
             never_leader=config.leader_election_disabled,
+            database_url=prepared.url,
         )
         run = ClientRun(client, config, EventHub())
         await run._run(driver, config.clock or SystemClock(), task_status=task_status)

@@ -197,6 +197,17 @@ class LeaderRow:
 
 
 @attrs.frozen(kw_only=True)
+class LeaseRow:
+    """A ``river_anyio_lease`` row: a named lease, who holds it, since when (which, with the
+    holder, identifies this taking of it) and until when."""
+
+    name: str
+    holder: str
+    taken_at: dt.datetime
+    expires_at: dt.datetime
+
+
+@attrs.frozen(kw_only=True)
 class ScheduledJob:
     """A job the scheduler moved: to ``available``, or ``discarded`` on a unique conflict."""
 
@@ -449,6 +460,27 @@ class Executor(Protocol):
 
     async def leader_get_elected(self) -> LeaderRow | None:
         """The current lease row, expired or not."""
+        ...
+
+    # --- named leases (line river_anyio's ``river_anyio_lease``) ------------------------------
+    # Times are the database's: the holders' clocks never matter.
+
+    async def lease_take(self, *, name: str, holder: str, ttl: float) -> LeaseRow | None:
+        """Take the lease ``name`` for ``ttl`` seconds from now unless an unexpired row holds
+        it, in one statement (an insert that overwrites only an expired row), so exactly one
+        of any number of racing callers gets it. None when it is held."""
+        ...
+
+    async def lease_renew(
+        self, *, name: str, holder: str, taken_at: dt.datetime, ttl: float
+    ) -> LeaseRow | None:
+        """Extend the unexpired lease taken by ``holder`` at ``taken_at`` to ``ttl`` seconds
+        from now; None when that taking of it has expired or is gone."""
+        ...
+
+    async def lease_release(self, *, name: str, holder: str, taken_at: dt.datetime) -> bool:
+        """Delete the lease if it is still the one ``holder`` took at ``taken_at``; whether it
+        was."""
         ...
 
     async def job_schedule(

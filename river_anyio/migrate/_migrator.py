@@ -37,6 +37,7 @@ __all__ = [
     "Migrator",
     "ValidateResult",
     "all_migrations",
+    "migrate_up_command",
     "migration_sql",
     "quote_schema",
     "require_schema",
@@ -472,6 +473,28 @@ class Migrator:
         return ValidateResult(ok=True)
 
 
+def migrate_up_command(
+    driver: Driver, *, database_url: str | None = None, line: str = LINE_MAIN
+) -> str:
+    """The ``river-anyio migrate-up`` command that installs ``line`` on ``driver``'s database,
+    for error messages: ``database_url`` shown with its password redacted (without it, a
+    placeholder), a SQLite database by its absolute path."""
+    path = getattr(driver, "path", None) if driver.dialect == "sqlite" else None
+    if isinstance(path, str):
+        url = f"sqlite://{path}"
+    elif database_url is not None:
+        url = redact_url(database_url)
+    else:
+        url = "URL"
+    command = "river-anyio migrate-up"
+    if line != LINE_MAIN:
+        command += f" --line {line}"
+    command += f" --database-url {shlex.quote(url)}"
+    if driver.schema:
+        command += f" --schema {driver.schema}"
+    return command
+
+
 async def require_schema(driver: Driver, *, database_url: str | None = None) -> None:
     """MigrationError naming the command that fixes it unless every migration of line
     ``main`` is applied: a client's start calls this before anything touches River's tables,
@@ -485,20 +508,12 @@ async def require_schema(driver: Driver, *, database_url: str | None = None) -> 
     if result.ok:
         return
     path = getattr(driver, "path", None) if driver.dialect == "sqlite" else None
-    if isinstance(path, str):
-        url = f"sqlite://{path}"
-    elif database_url is not None:
-        url = redact_url(database_url)
-    else:
-        url = "URL"
     if path == ":memory:":  # it starts empty with every process: only the client can fix it
         raise MigrationError(
             "the in-memory database has no River schema: open the client with "
             "auto_migrate=True (or run river_anyio.migrate.Migrator(driver).up() on it first)"
         )
-    command = f"river-anyio migrate-up --database-url {shlex.quote(url)}"
-    if driver.schema:
-        command += f" --schema {driver.schema}"
+    command = migrate_up_command(driver, database_url=database_url)
     if len(result.missing) == len(all_migrations(driver.dialect)):
         problem = "the database has no River schema"
     else:

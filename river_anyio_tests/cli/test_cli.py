@@ -78,6 +78,31 @@ def test_migrate_up_list_validate_down(empty_database_url: str) -> None:
     assert not any(line.startswith("*") for line in out.splitlines())
 
 
+def test_line_river_anyio_up_list_validate_down(database_url: str) -> None:
+    """river_anyio's own line (the lease table) through the same verbs, beside line main."""
+    url = database_url
+    line = ("--line", "river_anyio")
+    code, out, _ = run("migrate-list", "--database-url", url, *line)
+    assert code == 0 and out.strip() == "001 create_river_anyio_lease"  # none applied
+    assert run("validate", "--database-url", url, *line)[0] == 1
+    code, out, err = run("migrate-up", "--database-url", url, *line)
+    assert code == 0, err
+    assert re.match(r"applied migration 001 \[up\] create_river_anyio_lease +\[.+\]$", out)
+    assert run("validate", "--database-url", url, *line)[0] == 0
+    assert run("validate", "--database-url", url)[0] == 0  # line main still current
+    code, out, _ = run("migrate-list", "--database-url", url, *line)
+    assert out == "* 001 create_river_anyio_lease\n"
+    code, out, _ = run("migrate-list", "--database-url", url)
+    assert out.splitlines()[-1].startswith(f"* {LATEST:03d} ")  # main's list: main's rows only
+    code, out, _ = run("migrate-down", "--database-url", url, *line)
+    assert code == 0 and out.startswith("applied migration 001 [down] create_river_anyio_lease")
+    code, out, _ = run("migrate-list", "--database-url", url, *line)
+    assert out.strip() == "001 create_river_anyio_lease"
+    code, out, _ = run("migrate-get", "--version", "1", "--up", *line)
+    assert code == 0 and out.startswith("-- River river_anyio migration 001 [up]\n")
+    assert "CREATE TABLE river_anyio_lease" in out
+
+
 def test_migrate_get_needs_no_database() -> None:
     code, out, _ = run("migrate-get", "--version", "3", "--up")
     assert code == 0

@@ -12,7 +12,7 @@ import pytest
 
 import river_anyio as river
 from river_anyio.drivers import open_driver
-from river_anyio.migrate import Migrator, all_migrations, migration_sql
+from river_anyio.migrate import LINE_RIVER_ANYIO, Migrator, all_migrations, migration_sql
 
 from ..conftest import CUSTOM_SCHEMA
 from .introspect import describe_postgres, describe_sqlite
@@ -66,13 +66,18 @@ def test_migration_lines_are_in_lockstep() -> None:
     assert pg == lite
     assert [v for v, _ in pg] == list(range(1, LATEST + 1))
     assert LATEST >= 8
+    pg_own = [(m.version, m.name) for m in all_migrations("postgres", LINE_RIVER_ANYIO)]
+    assert pg_own == [(m.version, m.name) for m in all_migrations("sqlite", LINE_RIVER_ANYIO)]
+    assert pg_own[0] == (1, "create_river_anyio_lease")
 
 
 def test_every_reference_is_schema_qualified_by_placeholder() -> None:
     for d in ("postgres", "sqlite"):
         for m, sql in migration_sql(d, range(1, LATEST + 1), "up", schema="zz"):
             assert "/*river:schema*/" not in sql, (d, m.version)
-        for m in all_migrations(d):
+        own = migration_sql(d, [1], "up", schema="zz", line=LINE_RIVER_ANYIO)
+        assert all("/*river:schema*/" not in sql for _, sql in own)
+        for m in (*all_migrations(d), *all_migrations(d, LINE_RIVER_ANYIO)):
             for sql in (m.sql_up, m.sql_down):
                 body = [
                     line
@@ -183,6 +188,47 @@ async def test_other_lines_are_left_alone(empty_database_url: str) -> None:
         )
     assert ("pro", 1) in [tuple(r) for r in rows]
     assert [r[1] for r in rows if r[0] == "main"] == list(range(1, LATEST + 1))
+
+
+def _without_line_river_anyio(description: Any) -> Any:
+    """A schema description with line river_anyio's objects and rows taken out."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if "river_anyio_lease" not in str(k)}
+        if isinstance(value, list):
+            return [strip(v) for v in value if v != ["river_anyio", 1]]
+        return value
+
+    return strip(description)
+
+
+async def test_line_river_anyio_sits_beside_main(empty_database_url: str) -> None:
+    """Line river_anyio adds its table and its river_migration row and nothing else: line main
+    stays exactly River's schema; up, validate and down leave main alone."""
+    url = empty_database_url
+    d = dialect(url)
+    async with open_driver(url) as driver:
+        main = Migrator(driver)
+        line = Migrator(driver, line=LINE_RIVER_ANYIO)
+        assert [(m.version, m.name) for m in line.all_versions()][:1] == [
+            (1, "create_river_anyio_lease")
+        ]
+        with pytest.raises(river.MigrationError, match="fully migrate the main migration line"):
+            await line.up()
+        await main.up()
+        assert not (await line.validate()).ok
+        assert [v.version for v in (await line.up(target_version=1)).versions] == [1]
+        assert (await line.validate(target_version=1)).ok and (await main.validate()).ok
+        assert await driver.executor().table_exists("river_anyio_lease")
+        with_line = await describe(url)
+        assert ["river_anyio", 1] in with_line["river_migration"]
+        assert _without_line_river_anyio(with_line) == expected(d, LATEST)
+        assert [(e.line, e.version) for e in await line.existing_versions()] == [("river_anyio", 1)]
+        assert [v.version for v in (await line.down(target_version=0)).versions] == [1]
+        assert not await driver.executor().table_exists("river_anyio_lease")
+        assert await line.existing_versions() == []
+        assert await describe(url) == expected(d, LATEST)
 
 
 async def test_racing_migrators_apply_each_version_once(empty_database_url: str) -> None:

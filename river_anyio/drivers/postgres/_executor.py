@@ -24,6 +24,7 @@ from .._protocol import (
     JobListQuery,
     JobRescue,
     LeaderRow,
+    LeaseRow,
     LimitedClaim,
     QueueRow,
     ScheduledJob,
@@ -637,6 +638,26 @@ class PostgresExecutor(SharedOperations):
         values = (metadata.decode() if metadata is not None else None, name)
         return await self._queue(self._q.queue_update, values)
 
+    # --- named leases ------------------------------------------------------------------------------
+
+    async def lease_take(self, *, name: str, holder: str, ttl: float) -> LeaseRow | None:
+        values = {"name": name, "holder": holder, "ttl": float(ttl)}
+        rows = await self._rows(self._q.lease_take, values)
+        return _lease(rows[0]) if rows else None
+
+    async def lease_renew(
+        self, *, name: str, holder: str, taken_at: dt.datetime, ttl: float
+    ) -> LeaseRow | None:
+        require_aware(taken_at, "taken_at")
+        values = {"name": name, "holder": holder, "taken_at": taken_at, "ttl": float(ttl)}
+        rows = await self._rows(self._q.lease_renew, values)
+        return _lease(rows[0]) if rows else None
+
+    async def lease_release(self, *, name: str, holder: str, taken_at: dt.datetime) -> bool:
+        require_aware(taken_at, "taken_at")
+        values = {"name": name, "holder": holder, "taken_at": taken_at}
+        return await self._count(self._q.lease_release, values) > 0
+
     # --- leadership and maintenance ---------------------------------------------------------------
 
     async def leader_delete_expired(self, *, now: dt.datetime | None = None) -> int:
@@ -830,3 +851,7 @@ def _aware_or_none(value: dt.datetime | None, field: str) -> dt.datetime | None:
 
 def _leader(row: Sequence[Any]) -> LeaderRow:
     return LeaderRow(leader_id=row[0], elected_at=row[1], expires_at=row[2])
+
+
+def _lease(row: Sequence[Any]) -> LeaseRow:
+    return LeaseRow(name=row[0], holder=row[1], taken_at=row[2], expires_at=row[3])

@@ -65,6 +65,7 @@ INSERT_COLUMNS = (
 
 _FINAL_STATES = "('cancelled', 'completed', 'discarded')"
 _LEADER_COLUMNS = "leader_id, elected_at, expires_at"
+_LEASE_COLUMNS = "name, holder, taken_at, expires_at"
 _NOW = "coalesce(%(now)s::timestamptz, now())"
 #: The job columns read through the alias ``j``.
 _JCOLS = ", ".join("j." + c for c in JOB_COLUMNS)
@@ -631,6 +632,43 @@ FROM resigned"""
     @cached_property
     def leader_get_elected(self) -> str:
         return f"SELECT {_LEADER_COLUMNS} FROM {self.prefix}river_leader"
+
+    # --- named leases (line river_anyio; named parameters) ----------------------------------
+
+    @cached_property
+    def lease_take(self) -> str:
+        """An insert that overwrites only an expired row: racing takers serialise on the
+        primary key, and each re-checks the row the previous one left."""
+        t = f"{self.prefix}river_anyio_lease"
+        return f"""
+INSERT INTO {t} AS l (name, holder, taken_at, expires_at)
+VALUES (
+    %(name)s::text,
+    %(holder)s::text,
+    now(),
+    now() + make_interval(secs => %(ttl)s::double precision)
+)
+ON CONFLICT (name) DO UPDATE
+SET holder = EXCLUDED.holder, taken_at = EXCLUDED.taken_at, expires_at = EXCLUDED.expires_at
+WHERE l.expires_at <= EXCLUDED.taken_at
+RETURNING {_LEASE_COLUMNS}"""
+
+    @cached_property
+    def lease_renew(self) -> str:
+        return f"""
+UPDATE {self.prefix}river_anyio_lease
+SET expires_at = now() + make_interval(secs => %(ttl)s::double precision)
+WHERE name = %(name)s::text
+    AND holder = %(holder)s::text
+    AND taken_at = %(taken_at)s::timestamptz
+    AND expires_at > now()
+RETURNING {_LEASE_COLUMNS}"""
+
+    @cached_property
+    def lease_release(self) -> str:
+        return f"""
+DELETE FROM {self.prefix}river_anyio_lease
+WHERE name = %(name)s::text AND holder = %(holder)s::text AND taken_at = %(taken_at)s::timestamptz"""
 
     @cached_property
     def job_schedule(self) -> str:

@@ -35,6 +35,7 @@ from .._protocol import (
     JobListQuery,
     JobRescue,
     LeaderRow,
+    LeaseRow,
     LimitedClaim,
     QueueRow,
     ScheduledJob,
@@ -760,6 +761,25 @@ class SQLiteExecutor(SharedOperations):
         sql, at = self._q.leader_delete_expired, _ts_or_none(now)
         return await self._write(lambda c: _op_changes(c, sql, (at,)))
 
+    async def lease_take(self, *, name: str, holder: str, ttl: float) -> LeaseRow | None:
+        sql = self._q.lease_take
+        args = (name, holder, _ttl_modifier(ttl))
+        rows = await self._write(lambda c: _op_rows(c, sql, args))
+        return _lease(rows[0]) if rows else None
+
+    async def lease_renew(
+        self, *, name: str, holder: str, taken_at: dt.datetime, ttl: float
+    ) -> LeaseRow | None:
+        sql = self._q.lease_renew
+        args = (name, holder, format_sqlite_timestamp(taken_at), _ttl_modifier(ttl))
+        rows = await self._write(lambda c: _op_rows(c, sql, args))
+        return _lease(rows[0]) if rows else None
+
+    async def lease_release(self, *, name: str, holder: str, taken_at: dt.datetime) -> bool:
+        sql = self._q.lease_release
+        args = (name, holder, format_sqlite_timestamp(taken_at))
+        return await self._write(lambda c: _op_changes(c, sql, args)) > 0
+
     async def leader_attempt_elect(
         self, *, leader_id: str, ttl: float, now: dt.datetime | None = None
     ) -> LeaderRow | None:
@@ -950,6 +970,15 @@ def _ts_or_none(value: dt.datetime | None) -> str | None:
 def _ttl_modifier(ttl: float) -> str:
     """A ``datetime()`` modifier adding ``ttl`` seconds (River's ``'15.000 seconds'``)."""
     return f"{float(ttl):+.3f} seconds"
+
+
+def _lease(row: Sequence[Any]) -> LeaseRow:
+    return LeaseRow(
+        name=str(row[0]),
+        holder=str(row[1]),
+        taken_at=parse_sqlite_timestamp(row[2]),
+        expires_at=parse_sqlite_timestamp(row[3]),
+    )
 
 
 def _leader(row: Sequence[Any]) -> LeaderRow:

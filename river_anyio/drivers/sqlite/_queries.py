@@ -45,6 +45,7 @@ QUEUE_COLUMNS: Final = "name, created_at, json(metadata), paused_at, updated_at"
 FINAL_STATES: Final = "('cancelled', 'completed', 'discarded')"
 
 _LEADER_COLUMNS: Final = "leader_id, elected_at, expires_at"
+_LEASE_COLUMNS: Final = "name, holder, taken_at, expires_at"
 _DB_NOW: Final = "datetime('now', 'subsec')"
 
 
@@ -527,6 +528,41 @@ WHERE unixepoch(elected_at, 'subsec') = unixepoch(?2, 'subsec') AND leader_id = 
     @cached_property
     def leader_get_elected(self) -> str:
         return f"SELECT {_LEADER_COLUMNS} FROM {self.prefix}river_leader"
+
+    # --- named leases (line river_anyio) ---------------------------------------------------
+
+    @cached_property
+    def lease_take(self) -> str:
+        """?1 name, ?2 holder, ?3 ttl modifier. An insert that overwrites only an expired row
+        (the table is ours alone, so its timestamps compare as text)."""
+        return f"""
+INSERT INTO {self.prefix}river_anyio_lease AS l (name, holder, taken_at, expires_at)
+SELECT ?1, ?2, t.now, datetime(t.now, 'subsec', ?3)
+FROM (SELECT {_DB_NOW} AS now) AS t
+WHERE true
+ON CONFLICT (name) DO UPDATE
+SET holder = excluded.holder, taken_at = excluded.taken_at, expires_at = excluded.expires_at
+WHERE l.expires_at <= excluded.taken_at
+RETURNING {_LEASE_COLUMNS}"""
+
+    @cached_property
+    def lease_renew(self) -> str:
+        """?1 name, ?2 holder, ?3 taken_at, ?4 ttl modifier."""
+        return f"""
+UPDATE {self.prefix}river_anyio_lease
+SET expires_at = datetime({_DB_NOW}, 'subsec', ?4)
+WHERE name = ?1
+    AND holder = ?2
+    AND unixepoch(taken_at, 'subsec') = unixepoch(?3, 'subsec')
+    AND expires_at > {_DB_NOW}
+RETURNING {_LEASE_COLUMNS}"""
+
+    @cached_property
+    def lease_release(self) -> str:
+        """?1 name, ?2 holder, ?3 taken_at."""
+        return f"""
+DELETE FROM {self.prefix}river_anyio_lease
+WHERE name = ?1 AND holder = ?2 AND unixepoch(taken_at, 'subsec') = unixepoch(?3, 'subsec')"""
 
     @cached_property
     def schedule_eligible(self) -> str:
