@@ -55,6 +55,7 @@ from ._periodic import PeriodicJobHandle as PeriodicJobHandle
 from ._periodic import PeriodicJobs as PeriodicJobs
 from ._periodic import PeriodicSchedule as PeriodicSchedule
 from ._periodic import every as every
+from ._queue_limits import RateLimit as RateLimit
 from ._queues_api import LocalQueues as LocalQueues
 from ._queues_api import QueuesAPI as QueuesAPI
 from ._resumable import ResumableStepError as ResumableStepError
@@ -121,6 +122,7 @@ __all__ = (
     "QueryCanceledError",
     "QueueConfig",
     "QueuesAPI",
+    "RateLimit",
     "ResumableStepError",
     "RetryPolicy",
     "RiverError",

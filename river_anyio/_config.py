@@ -18,6 +18,7 @@ import attrs
 from ._errors import ConfigError, ValidationError
 from ._job import MAX_ATTEMPTS_DEFAULT, validate_queue_name
 from ._periodic import PeriodicJob, PeriodicJobs
+from ._queue_limits import RateLimit
 from ._retry import DefaultRetryPolicy, RetryPolicy
 from ._runtime._clock import Clock
 from ._work import Workers
@@ -75,6 +76,30 @@ def _max_workers(_inst: object, _attr: object, value: Any) -> None:
         )
 
 
+def _global_max_workers(_inst: object, _attr: object, value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(
+            "global_max_workers", f"must be an int or None, not {type(value).__name__}", value
+        )
+    if not 1 <= value <= QUEUE_MAX_WORKERS * 1000:
+        raise ConfigError(
+            "global_max_workers",
+            f"must be between 1 and {QUEUE_MAX_WORKERS * 1000:,}, got {value}",
+            value,
+        )
+
+
+def _rate_limit(_inst: object, _attr: object, value: Any) -> None:
+    if value is not None and not isinstance(value, RateLimit):
+        raise ConfigError(
+            "rate_limit",
+            f"must be a river_anyio.RateLimit(count, per=...) or None, not {type(value).__name__}",
+            value,
+        )
+
+
 def _opt_cooldown(value: object) -> float | None:
     return seconds(value, "fetch_cooldown", allow_none=True, minimum=FETCH_COOLDOWN_MIN)
 
@@ -85,11 +110,24 @@ def _opt_poll(value: object) -> float | None:
 
 @attrs.frozen(kw_only=True)
 class QueueConfig:
-    """One queue this client works: how many jobs at once, and optional fetch overrides."""
+    """One queue this client works: how many jobs at once, and optional fetch overrides.
+
+    ``rate_limit`` and ``global_max_workers`` are global limits, shared by every river_anyio
+    client working the queue (each must configure the same): at most ``rate_limit.count``
+    jobs start per ``rate_limit.per``, and at most ``global_max_workers`` run at once, while
+    ``max_workers`` stays this client's own. They need migration line ``river_anyio``.
+    """
 
     max_workers: int = attrs.field(validator=_max_workers)
     fetch_cooldown: float | None = attrs.field(default=None, converter=_opt_cooldown)
     fetch_poll_interval: float | None = attrs.field(default=None, converter=_opt_poll)
+    rate_limit: RateLimit | None = attrs.field(default=None, validator=_rate_limit)
+    global_max_workers: int | None = attrs.field(default=None, validator=_global_max_workers)
+
+    @property
+    def limited(self) -> bool:
+        """Whether the queue has a global limit (its claims take the limited path)."""
+        return self.rate_limit is not None or self.global_max_workers is not None
 
     def __attrs_post_init__(self) -> None:
         if (

@@ -16,6 +16,10 @@ quickly, the producer also claims ahead: up to ``PREFETCH_MAX × max_workers`` e
 more than the workers get through in ``PREFETCH_HORIZON`` at the rate measured between
 claims, may wait in the ready queue, so the next claim's round trip overlaps the jobs being
 run instead of following them. Long jobs measure a low rate and get no prefetch.
+
+A queue with global limits (``rate_limit``, ``global_max_workers``) claims no rows ahead, and
+when a claim is cut short by a limit the pacer *holds*: no claim before the rate window
+reopens (or, for ``global_max_workers``, before one cooldown passed), whatever wakes the loop.
 """
 
 from __future__ import annotations
@@ -52,11 +56,15 @@ class FetchPacer:
         clock: Callable[[], float],
         jitter: Callable[[float, float], float] = random.uniform,
         fixed_prefetch: int | None = None,
+        prefetch: bool = True,
     ) -> None:
         self.max_workers = max_workers
+        self.cooldown_interval = cooldown
         #: rows claimed ahead after every claim that meets a backlog, instead of the measured
         #: number (tests use it to hold rows in the ready queue)
         self._fixed_prefetch = fixed_prefetch
+        #: whether rows may be claimed ahead (not for a queue with global limits)
+        self.prefetch_allowed = prefetch
         self.poll_interval = poll_interval
         #: the share of free slots worth a claim of its own
         self.refill_at = max(1, min(25, math.ceil(max_workers / 2)))
@@ -71,6 +79,8 @@ class FetchPacer:
         #: a refill of freed slots)
         self._due = True
         self._next_poll = clock() + self._poll_delay()
+        #: no claim before this time (a global limit allows none until then)
+        self._hold_until = -math.inf
 
     def _poll_delay(self) -> float:
         p = self.poll_interval
@@ -91,7 +101,8 @@ class FetchPacer:
         now = self._clock()
         if now >= self._next_poll:
             self._next_poll = now + self._poll_delay()
-        return 0.0 if self._due else self._limiter.delay()
+        wait = 0.0 if self._due else self._limiter.delay()
+        return max(wait, self._hold_until - now)
 
     def fetching(self) -> None:
         """A fetch begins: it counts against the cooldown unless it was due."""
@@ -135,6 +146,12 @@ class FetchPacer:
         self._next_poll = self._clock() + delay
         self._due = False
 
+    def hold(self, delay: float) -> None:
+        """A global limit allows no claim for ``delay`` seconds: the next one waits that long
+        (then it is due on the poll timer), and nothing that wakes the loop claims sooner."""
+        self._hold_until = self._next_poll = self._clock() + delay
+        self._due = False
+
     def refill(self) -> None:
         """The pool fell to its low-water mark: a claim is due."""
         self._due = True
@@ -153,7 +170,7 @@ class FetchPacer:
         now = self._clock()
         previous, self._last_claim = self._last_claim, (now, finished)
         self.prefetch = 0
-        if not backlog:
+        if not backlog or not self.prefetch_allowed:
             return
         if self._fixed_prefetch is not None:
             self.prefetch = self._fixed_prefetch

@@ -28,10 +28,11 @@ import anyio.lowlevel
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from .._errors import DatabaseError
+from .._errors import DatabaseError, MigrationError
 from .._events import EventHub
 from .._job import JobRow
 from .._logging import queue_extra
+from .._queue_limits import LIMITS_TABLE, limits_table_missing
 from ..drivers import Driver, Notification
 from ._completer import Completer, Finished
 from ._control import HOT_OPERATION_TIMEOUT, QueueControl
@@ -75,12 +76,16 @@ class Producer:
         self._events = events
         self._notifier = notifier
         self._kinds = config.workers.kinds() if config.fetch_only_known_kinds else None
+        queue_config = config.queues[queue]
+        #: the queue's global limits, when it has any (its claims take the limited path)
+        self._limits = queue_config if queue_config.limited else None
         self._pacer = FetchPacer(
-            max_workers=config.queues[queue].max_workers,
+            max_workers=queue_config.max_workers,
             cooldown=config.queue_cooldown(queue),
             poll_interval=config.queue_poll_interval(queue),
             clock=anyio.current_time,
             fixed_prefetch=config.fixed_prefetch,
+            prefetch=self._limits is None,
         )
         self._pool = WorkerPool(
             runner=runner,
@@ -155,7 +160,10 @@ class Producer:
         # this ends, even when the start fails.
         with self._send:
             with anyio.fail_after(HOT_OPERATION_TIMEOUT):
-                row = await self._driver.executor().queue_create_or_set_updated_at(name=self.queue)
+                executor = self._driver.executor()
+                if self._limits is not None and not await executor.table_exists(LIMITS_TABLE):
+                    raise MigrationError(limits_table_missing(self.queue))
+                row = await executor.queue_create_or_set_updated_at(name=self.queue)
             self._queue_control.paused = row.paused_at is not None
             receive = self._notifier.subscribe(self) if self._notifier is not None else None
             # This frame closes ``receive`` too: a notification task cancelled before it first
@@ -243,16 +251,24 @@ class Producer:
             pool.low_water = pacer.full()
             return 0.0
         self.fetches += 1
+        hold = 0.0
         try:
-            rows = await self._claim(limit)
-        except (DatabaseError, TimeoutError) as exc:
+            if self._limits is None:
+                rows = await self._claim(limit)
+            else:
+                rows, hold = await self._claim_limited(limit)
+        except (DatabaseError, TimeoutError, MigrationError) as exc:
             return await self._claim_failed(exc)
         self._lost_claims.claimed(rows)
         self._backoff.reset()
         pool.dispatch(rows)
         pool.low_water = pacer.claimed(len(rows), limit, len(pool), pool.finished)
+        if hold > 0:
+            pacer.hold(hold)
+        # the queue is drained, or a limit cut the claim (global_max_workers counts rows
+        # until their results are written)
         if len(rows) < limit:
-            self._completer.flush_soon()  # the queue is drained: write results promptly
+            self._completer.flush_soon()  # write results promptly
         return 0.0
 
     async def _claim(self, limit: int) -> list[JobRow]:
@@ -267,12 +283,36 @@ class Producer:
             )
         return rows
 
-    async def _claim_failed(self, exc: DatabaseError | TimeoutError) -> float:
+    async def _claim_limited(self, limit: int) -> tuple[list[JobRow], float]:
+        """A claim bounded by the queue's global limits: the rows, and how long the next
+        claim must wait (0: as usual). Until the rate window reopens when the rate limit is
+        used up; one cooldown when ``global_max_workers`` cut the claim short (other clients'
+        jobs free those slots, and nothing tells this one when)."""
+        limits = self._limits
+        assert limits is not None
+        with anyio.CancelScope(shield=True), anyio.fail_after(HOT_OPERATION_TIMEOUT):
+            claim = await self._driver.executor().job_get_available_limited(
+                queue=self.queue,
+                max_to_lock=limit,
+                client_id=self._client_id,
+                max_attempted_by=MAX_ATTEMPTED_BY,
+                kinds=self._kinds,
+                rate_limit=limits.rate_limit,
+                global_max_workers=limits.global_max_workers,
+            )
+        rows = claim.jobs
+        if claim.reopens_in > 0:
+            return rows, claim.reopens_in
+        if claim.allowed < limit and len(rows) == claim.allowed:
+            return rows, self._pacer.cooldown_interval
+        return rows, 0.0
+
+    async def _claim_failed(self, exc: DatabaseError | TimeoutError | MigrationError) -> float:
         """A claim failed (its rows may or may not be claimed): log it, give back what it may
         have claimed when the failure leaves that open, and return the back-off delay before
         the next claim."""
         delay = self._backoff.next_delay()
-        transient = isinstance(exc, TimeoutError) or exc.transient
+        transient = isinstance(exc, TimeoutError) or getattr(exc, "transient", False)
         logger.log(
             logging.WARNING if transient else logging.ERROR,
             "producer %s: fetching jobs failed (retrying in %.2fs): %s",

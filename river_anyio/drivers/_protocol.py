@@ -19,6 +19,7 @@ from typing import Any, Literal, Protocol
 import attrs
 
 from .._job import JobRow, JobState
+from .._queue_limits import RateLimit
 
 Dialect = Literal["postgres", "sqlite"]
 
@@ -103,6 +104,18 @@ class JobCompletion:
     error: bytes | None = None
     metadata_updates: bytes | None = None
     attempt_new: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class LimitedClaim:
+    """What a limited claim returns: the claimed rows (in claim order), how many rows the
+    queue's global limits allowed it (at most the rows asked for; fewer rows than that means
+    the queue had no more due), and, when its rate limit is used up, the seconds until a job
+    may start again (else 0)."""
+
+    jobs: list[JobRow]
+    allowed: int
+    reopens_in: float = 0.0
 
 
 @attrs.frozen(kw_only=True)
@@ -269,6 +282,28 @@ class Executor(Protocol):
         the database's now and ``client_id`` appended to ``attempted_by`` (keeping the last
         ``max_attempted_by``). ``kinds`` restricts the claim to those kinds (fetch only known
         kinds); ``None`` claims any kind. Returned in claim order.
+        """
+        ...
+
+    async def job_get_available_limited(
+        self,
+        *,
+        queue: str,
+        max_to_lock: int,
+        client_id: str,
+        max_attempted_by: int = 100,
+        kinds: Sequence[str] | None = None,
+        rate_limit: RateLimit | None = None,
+        global_max_workers: int | None = None,
+    ) -> LimitedClaim:
+        """:meth:`job_get_available` bounded by the queue's global limits, in one transaction.
+
+        The claim first locks the queue's row of ``river_anyio_queue_limit`` (migration line
+        ``river_anyio``; created on first use), which serialises the limited claims of that
+        queue across every client, then takes at most what the limits allow: the rate
+        limit's allowance (see :mod:`river_anyio._queue_limits`) and ``global_max_workers``
+        minus the queue's ``running`` rows, and records the starts. A missing table raises
+        :class:`~river_anyio.MigrationError` naming the command that installs it.
         """
         ...
 

@@ -11,8 +11,9 @@ import psycopg
 from psycopg import pq
 from psycopg.types.numeric import Int8
 
-from ..._errors import DatabaseError, ValidationError
+from ..._errors import DatabaseError, MigrationError, ValidationError
 from ..._job import JobRow, JobState
+from ..._queue_limits import RateLimit, RateWindow, limits_table_missing
 from ..._timeutil import format_rfc3339nano
 from ..._unique import UNIQUE_STATES_BY_MASK
 from .._protocol import (
@@ -24,6 +25,7 @@ from .._protocol import (
     JobRescue,
     LeaderRow,
     LeaseRow,
+    LimitedClaim,
     QueueRow,
     ScheduledJob,
 )
@@ -37,7 +39,7 @@ from .._shared import (
     require_aware,
     where_text,
 )
-from ._connection import AnyioConnection
+from ._connection import AnyioConnection, shielded_transaction
 from ._errors import is_cached_plan_error, map_errors
 from ._queries import INSERT_COLUMNS, Queries
 
@@ -448,6 +450,67 @@ class PostgresExecutor(SharedOperations):
             query = self._q.job_get_available_kinds
             values = (queue, list(kinds), Int8(max_to_lock), by, by, client_id)
         return rows_to_jobs(await self._rows(query, values, binary=True))
+
+    async def job_get_available_limited(
+        self,
+        *,
+        queue: str,
+        max_to_lock: int,
+        client_id: str,
+        max_attempted_by: int = 100,
+        kinds: Sequence[str] | None = None,
+        rate_limit: RateLimit | None = None,
+        global_max_workers: int | None = None,
+    ) -> LimitedClaim:
+        if max_to_lock <= 0 or (kinds is not None and not kinds):
+            return LimitedClaim(jobs=[], allowed=0)
+        if max_attempted_by < 1:
+            raise ValidationError("max_attempted_by", "must be >= 1", max_attempted_by)
+        q = self._q
+        by = Int8(max_attempted_by)
+
+        async def op(conn: psycopg.AsyncConnection[Any]) -> LimitedClaim:
+            # Statements after the lock see every claim committed before it was granted
+            # (read committed takes a snapshot per statement).
+            async with shielded_transaction(conn):
+                try:
+                    cur = await conn.execute(q.queue_limit_lock, (queue,))
+                except psycopg.errors.UndefinedTable:
+                    raise MigrationError(limits_table_missing(queue)) from None
+                starts, now = await cur.fetchone()  # type: ignore[misc]
+                window = RateWindow.decode(starts) if rate_limit is not None else None
+                allowed = max_to_lock
+                if window is not None and rate_limit is not None:
+                    allowed = min(allowed, window.allowance(now, rate_limit))
+                if global_max_workers is not None and allowed > 0:
+                    cur = await conn.execute(q.queue_limit_running, (queue,))
+                    (running,) = await cur.fetchone()  # type: ignore[misc]
+                    allowed = max(0, min(allowed, global_max_workers - running))
+                jobs: list[JobRow] = []
+                if allowed > 0:
+                    values: tuple[Any, ...]
+                    head: tuple[Any, ...] = (queue,) if kinds is None else (queue, list(kinds))
+                    if window is None:
+                        query = q.job_get_available if kinds is None else q.job_get_available_kinds
+                        values = (*head, Int8(allowed), by, by, client_id)
+                    else:  # the starts are stamped with the instant the window was read at
+                        query = (
+                            q.job_get_available_at
+                            if kinds is None
+                            else q.job_get_available_kinds_at
+                        )
+                        values = (*head, Int8(allowed), Int8(now), by, by, client_id)
+                    cur = await conn.cursor(binary=True).execute(query, values)
+                    jobs = rows_to_jobs(await cur.fetchall())
+                reopens_in = 0.0
+                if window is not None and rate_limit is not None:
+                    if jobs:
+                        window.record(now, len(jobs), rate_limit)
+                        await conn.execute(q.queue_limit_save, (window.encode(), queue))
+                    reopens_in = window.reopens_in(now, rate_limit)
+                return LimitedClaim(jobs=jobs, allowed=allowed, reopens_in=reopens_in)
+
+        return await self._run(op)
 
     async def job_set_state_if_running_many(
         self, completions: Sequence[Completion], *, client_id: str, return_rows: bool = True

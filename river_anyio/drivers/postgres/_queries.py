@@ -200,16 +200,18 @@ RETURNING {_COLS}, xmax::text <> '0'"""
 
     # --- the runtime's hot path ---------------------------------------------------------------
 
-    def _claim(self, *, kinds: bool) -> str:
+    def _claim(self, *, kinds: bool, at: bool = False) -> str:
         """The claim: lock due available rows in fetch order, skipping rows other claimers
-        hold, then mark them running. Parameters: queue, [kinds,] limit, max_attempted_by
-        (twice), client id.
+        hold, then mark them running. Parameters: queue, [kinds,] limit, [at,]
+        max_attempted_by (twice), client id. ``at``: ``attempted_at`` is given (microseconds
+        since the epoch; the rate-limited claim) rather than the transaction's now().
 
         ``attempted_by`` keeps its newest ``max - 1`` entries before the client id is appended.
         The outer query restores the fetch order (an UPDATE's RETURNING has none).
         """
         p = self.prefix
         kind_filter = "\n        AND kind = ANY(%s::text[])" if kinds else ""
+        at_value = "'epoch'::timestamptz + %s::bigint * interval '1 microsecond'" if at else "now()"
         return f"""
 WITH picked AS (
     SELECT id
@@ -224,7 +226,7 @@ WITH picked AS (
     UPDATE {p}river_job AS j
     SET state = 'running',
         attempt = j.attempt + 1,
-        attempted_at = now(),
+        attempted_at = {at_value},
         attempted_by = CASE
             WHEN cardinality(j.attempted_by) >= %s::integer
             THEN j.attempted_by[cardinality(j.attempted_by) - %s::integer + 2 :]
@@ -243,6 +245,44 @@ SELECT * FROM claimed ORDER BY priority, scheduled_at, id"""
     @cached_property
     def job_get_available_kinds(self) -> str:
         return self._claim(kinds=True)
+
+    @cached_property
+    def job_get_available_at(self) -> str:
+        return self._claim(kinds=False, at=True)
+
+    @cached_property
+    def job_get_available_kinds_at(self) -> str:
+        return self._claim(kinds=True, at=True)
+
+    # --- global queue limits (migration line river_anyio) -----------------------------------
+
+    @cached_property
+    def queue_limit_lock(self) -> str:
+        """Lock the queue's limiter row (created on first use) until the transaction ends,
+        and read its rate window and the clock once the lock is held, in microseconds since
+        the epoch: the instant a rate-limited claim stamps ``attempted_at`` with, so those
+        instants increase from one holder of the lock to the next. Parameter: the queue."""
+        return f"""
+INSERT INTO {self.prefix}river_anyio_queue_limit AS l (queue)
+VALUES (%s::text)
+ON CONFLICT (queue) DO UPDATE SET queue = l.queue
+RETURNING l.starts, round(extract(epoch FROM clock_timestamp()) * 1000000)::bigint"""
+
+    @cached_property
+    def queue_limit_running(self) -> str:
+        """The queue's running jobs (River's (state, queue, ...) index). Parameter: queue."""
+        return (
+            f"SELECT count(*) FROM {self.prefix}river_job "
+            "WHERE state = 'running' AND queue = %s::text"
+        )
+
+    @cached_property
+    def queue_limit_save(self) -> str:
+        """Store the rate window. Parameters: the window's JSON text, the queue."""
+        return (
+            f"UPDATE {self.prefix}river_anyio_queue_limit "
+            "SET starts = %s::text, updated_at = now() WHERE queue = %s::text"
+        )
 
     def _set_state_many(self, *, lean: bool) -> str:
         """The batch completion. Parameters (one text per column, see ``_executor``): ids,

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
 import apsw
 
-from ..._errors import ValidationError
+from ..._errors import MigrationError, ValidationError
 from ..._job import JobRow, JobState
+from ..._queue_limits import RateLimit, RateWindow, limits_table_missing, micros
 from ..._timeutil import (
     format_rfc3339nano,
     format_sqlite_timestamp,
@@ -35,6 +36,7 @@ from .._protocol import (
     JobRescue,
     LeaderRow,
     LeaseRow,
+    LimitedClaim,
     QueueRow,
     ScheduledJob,
 )
@@ -265,13 +267,52 @@ def _op_insert_no_returning(
 # the runtime's hot path
 
 
-def _op_claim(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> list[JobRow]:
-    args = (*args[:2], _now(), *args[2:])
+def _op_claim(
+    conn: apsw.Connection, sql: str, args: tuple[Any, ...], now: str | None = None
+) -> list[JobRow]:
+    args = (*args[:2], _now() if now is None else now, *args[2:])
     rows = conn.execute(sql, args).fetchall()
     # RETURNING order is unspecified: put the rows back in claim order (the columns compared
     # are the ones the claim sorted on, as stored).
     rows.sort(key=lambda r: (r[11], r[13], r[0]))
     return job_rows(rows)
+
+
+def _op_claim_limited(
+    conn: apsw.Connection,
+    q: Queries,
+    sql: str,
+    args: tuple[Any, ...],
+    rate_limit: RateLimit | None,
+    global_max_workers: int | None,
+) -> LimitedClaim:
+    """A claim bounded by the queue's global limits, inside the claim's write transaction
+    (``args``: the claim's, ``limit`` second). SQLite serialises writers, so the transaction
+    is the lock."""
+    queue, wanted = args[0], args[1]
+    try:
+        (starts,) = conn.execute(q.queue_limit_lock, (queue,)).fetchone()  # type: ignore[misc]
+    except apsw.SQLError as exc:
+        if "no such table" in str(exc):
+            raise MigrationError(limits_table_missing(queue)) from None
+        raise
+    at = utc_now()
+    now_text, now = format_sqlite_timestamp(at), micros(at)
+    window = RateWindow.decode(starts) if rate_limit is not None else None
+    allowed = wanted
+    if window is not None and rate_limit is not None:
+        allowed = min(allowed, window.allowance(now, rate_limit))
+    if global_max_workers is not None and allowed > 0:
+        (running,) = conn.execute(q.queue_limit_running, (queue,)).fetchone()  # type: ignore[misc]
+        allowed = max(0, min(allowed, global_max_workers - running))
+    jobs = _op_claim(conn, sql, (queue, allowed, *args[2:]), now_text) if allowed > 0 else []
+    reopens_in = 0.0
+    if window is not None and rate_limit is not None:
+        if jobs:
+            window.record(now, len(jobs), rate_limit)
+            conn.execute(q.queue_limit_save, (window.encode(), queue, now_text))
+        reopens_in = window.reopens_in(now, rate_limit)
+    return LimitedClaim(jobs=jobs, allowed=allowed, reopens_in=reopens_in)
 
 
 def _sqlite_ts(value: dt.datetime) -> str:
@@ -534,6 +575,31 @@ class SQLiteExecutor(SharedOperations):
             sql, kinds_json = self._q.job_get_available_kinds, json.dumps(list(kinds))
         args = (queue, int(max_to_lock), max(int(max_attempted_by), 1), kinds_json, client_id)
         return await self._write(lambda c: _op_claim(c, sql, args))
+
+    async def job_get_available_limited(
+        self,
+        *,
+        queue: str,
+        max_to_lock: int,
+        client_id: str,
+        max_attempted_by: int = 100,
+        kinds: Sequence[str] | None = None,
+        rate_limit: RateLimit | None = None,
+        global_max_workers: int | None = None,
+    ) -> LimitedClaim:
+        """:meth:`job_get_available` bounded by the queue's global limits: one hop, one
+        write transaction."""
+        if max_to_lock <= 0 or (kinds is not None and not kinds):
+            return LimitedClaim(jobs=[], allowed=0)
+        q = self._q
+        if kinds is None:
+            sql, kinds_json = q.job_get_available, None
+        else:
+            sql, kinds_json = q.job_get_available_kinds, json.dumps(list(kinds))
+        args = (queue, int(max_to_lock), max(int(max_attempted_by), 1), kinds_json, client_id)
+        return await self._write(
+            lambda c: _op_claim_limited(c, q, sql, args, rate_limit, global_max_workers)
+        )
 
     async def job_set_state_if_running_many(
         self, completions: Sequence[Completion], *, client_id: str, return_rows: bool = True

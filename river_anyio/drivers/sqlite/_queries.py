@@ -262,6 +262,30 @@ RETURNING {JOB_COLUMNS}"""
     def job_get_available_kinds(self) -> str:
         return self._claim(kinds=True)
 
+    # --- global queue limits (migration line river_anyio) -----------------------------------
+
+    @cached_property
+    def queue_limit_lock(self) -> str:
+        """The queue's limiter row (created on first use) and its rate window; writes are
+        serialised, so the claim's write transaction is the lock. ?1: the queue."""
+        return f"""
+INSERT INTO {self.prefix}river_anyio_queue_limit (queue) VALUES (?1)
+ON CONFLICT (queue) DO UPDATE SET queue = excluded.queue
+RETURNING starts"""
+
+    @cached_property
+    def queue_limit_running(self) -> str:
+        """The queue's running jobs. ?1: the queue."""
+        return f"SELECT count(*) FROM {self.prefix}river_job WHERE state = 'running' AND queue = ?1"
+
+    @cached_property
+    def queue_limit_save(self) -> str:
+        """Store the rate window. ?1: its JSON text; ?2: the queue; ?3: now."""
+        return (
+            f"UPDATE {self.prefix}river_anyio_queue_limit "
+            "SET starts = ?1, updated_at = ?3 WHERE queue = ?2"
+        )
+
     @cached_property
     def job_complete_if_running(self) -> str:
         # ?1: the batch, a JSON array with one array per completion (see COMPLETION_FIELDS);

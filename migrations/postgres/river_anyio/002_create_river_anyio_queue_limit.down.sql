@@ -1,0 +1,1 @@
+DROP TABLE /*river:schema*/river_anyio_queue_limit;
