@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime as dt
+import sqlite3
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any, ClassVar, TypeVar
@@ -16,6 +17,7 @@ import pytest
 
 import river_anyio as river
 from river_anyio import blocking
+from river_anyio.drivers.sqlite._connection import MIN_SQLITE_VERSION
 
 from ..api.support import client_on
 
@@ -246,6 +248,11 @@ def test_config_errors_are_configs() -> None:
         blocking.Client("postgresql://localhost/x", schema="no-dashes")
     with pytest.raises(river.ConfigError, match="pool_max_size"):
         blocking.Client("postgresql://localhost/x", driver_options={"pool_max_size": 0})
+    with pytest.raises(river.ConfigError, match="sqlite_module: must be a sqlite3-API module"):
+        blocking.Client("sqlite://x.db", driver_options={"sqlite_module": object()})
+    if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
+        with pytest.raises(river.ConfigError, match="sqlite_module: .*pysqlite3-binary"):
+            blocking.Client("sqlite://x.db", driver_options={"sqlite_module": sqlite3})
 
 
 def test_wrong_connection_types(client: blocking.Client) -> None:

@@ -94,6 +94,15 @@ def caller_tx(kind: str, url: str) -> Iterator[Tx]:
         raise AssertionError(kind)
 
 
+def same_library(kind: str) -> dict[str, Any]:
+    """The blocking client's options for a caller using ``kind``: on SQLite, its own
+    connections use the caller's library (two SQLite libraries on one file in one process
+    release each other's POSIX locks)."""
+    if kind.startswith(("pysqlite3", "sa-sqlite")):
+        return {"driver_options": {"sqlite_module": dbapi2}}
+    return {}
+
+
 PG_KINDS = ["psycopg", "sa-connection", "sa-session"]
 SQLITE_KINDS = [
     "apsw",
@@ -165,7 +174,7 @@ def test_committed_jobs_and_notification_exist(
     db_and_kind: tuple[str, str], notifications: Notifications
 ) -> None:
     url, kind = db_and_kind
-    with blocking.Client(url) as client, caller_tx(kind, url) as tx:
+    with blocking.Client(url, **same_library(kind)) as client, caller_tx(kind, url) as tx:
         one = client.insert_tx(tx.conn, Order(n=1), river.InsertOpts(queue="committed"))
         many = client.insert_many_tx(tx.conn, [Order(n=2), Order(n=3)])
         fast = client.insert_many_fast_tx(tx.conn, [Order(n=4), Order(n=5)])
@@ -183,7 +192,7 @@ def test_rolled_back_jobs_and_notification_do_not(
     db_and_kind: tuple[str, str], notifications: Notifications
 ) -> None:
     url, kind = db_and_kind
-    with blocking.Client(url) as client:
+    with blocking.Client(url, **same_library(kind)) as client:
         with caller_tx(kind, url) as tx:
             gone = client.insert_tx(tx.conn, Order(n=1), river.InsertOpts(queue="rolled_back"))
             client.insert_many_tx(
