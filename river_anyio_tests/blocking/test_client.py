@@ -251,7 +251,7 @@ def test_config_errors_are_configs() -> None:
     with pytest.raises(river.ConfigError, match="sqlite_module: must be a sqlite3-API module"):
         blocking.Client("sqlite://x.db", driver_options={"sqlite_module": object()})
     if sqlite3.sqlite_version_info < MIN_SQLITE_VERSION:
-        with pytest.raises(river.ConfigError, match="sqlite_module: .*pysqlite3-binary"):
+        with pytest.raises(river.ConfigError, match=r"sqlite_module: .*pysqlite3-binary"):
             blocking.Client("sqlite://x.db", driver_options={"sqlite_module": sqlite3})
 
 
