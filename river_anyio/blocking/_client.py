@@ -109,7 +109,7 @@ def _open_driver(url: str, config: Config) -> Driver:
         _validate_identifier,
         path_from_url,
     )
-    from ..drivers.sqlite._connection import check_sqlite_version
+    from ..drivers.sqlite._connection import MEMORY, check_sqlite_version
     from ._sqlite import BlockingSQLiteDriver, SQLitePool, check_sqlite3_version
 
     def sqlite3_module_of(mod: object) -> object:
@@ -134,6 +134,13 @@ def _open_driver(url: str, config: Config) -> Driver:
             config.schema,
         )
     module = options.get("sqlite_module")
+    if module is not None and path == MEMORY:
+        raise ConfigError(
+            "sqlite_module",
+            "the in-memory database (sqlite://:memory:) is apsw's SQLite's, shared through "
+            "its memdb VFS: another SQLite library cannot open it",
+            module,
+        )
     if module is not None:
         if sqlite3_module_of(module) is None:
             raise ConfigError(

@@ -30,7 +30,9 @@ from .._errors import (
 )
 from .._sqlalchemy import sync_dbapi_connection
 from ..drivers.sqlite import SQLiteExecutor
+from ..drivers.sqlite._connection import _MEMDB_URI as MEMDB_URI
 from ..drivers.sqlite._connection import (
+    MEMORY,
     MIN_SQLITE_VERSION,
     TransactionLostError,
     quote_ident,
@@ -51,7 +53,20 @@ _LEGACY: Final = -1
 
 
 def open_apsw(path: str, *, busy_timeout: float, attach: dict[str, str]) -> apsw.Connection:
-    """A read-write connection to River's database file, set up as the async driver's."""
+    """A read-write connection to River's database file (or the process's in-memory database,
+    shared with the async drivers), set up as the async driver's."""
+    if path == MEMORY:
+        conn = apsw.Connection(
+            MEMDB_URI,
+            flags=apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_CREATE | apsw.SQLITE_OPEN_READWRITE,
+        )
+        try:
+            conn.set_busy_timeout(int(busy_timeout * 1000))
+            conn.pragma("foreign_keys", 1)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
     parent = os.path.dirname(path)
     if not os.path.isdir(parent):
         raise ConfigError(

@@ -114,3 +114,18 @@ async def test_an_apsw_transaction_notifies_at_commit(sqlite_url: str) -> None:
             with anyio.fail_after(WAIT):
                 await last.wait()
     assert seen == ["last"]
+
+
+async def test_the_in_memory_database_is_shared_with_running_clients() -> None:
+    """``sqlite://:memory:`` is the process's own database: the blocking client's inserts
+    reach a client working it."""
+    workers, seen, last = recording_workers()
+    url = "sqlite://:memory:"
+    async with running(url, workers, fetch_poll_interval=POLL, auto_migrate=True):
+        with blocking.Client(url) as client:
+            await anyio.to_thread.run_sync(client.insert, Ping(tag="last"))
+            with anyio.fail_after(WAIT):
+                await last.wait()
+    assert seen == ["last"]
+    with pytest.raises(river.ConfigError, match="sqlite_module: the in-memory database"):
+        blocking.Client(url, driver_options={"sqlite_module": object()})
