@@ -208,12 +208,12 @@ def test_views_commit_the_row_and_job_together_and_a_worker_process_runs_it(
 def test_the_standard_librarys_too_old_sqlite3_is_named_with_the_fix(tmp_path: Path) -> None:
     env = _env(f"sqlite://{tmp_path / 'shop.sqlite3'}", SHOP_STDLIB_SQLITE="1")
     out = _python(TOO_OLD, env)
-    if tuple(map(int, out["version"].split("."))) >= (3, 45):
+    if tuple(map(int, out["version"].split("."))) >= (3, 47):
         pytest.skip(f"this Python's sqlite3 bundles SQLite {out['version']}, not too old")
     for message in (out["raised"], out["check"]):
         assert message is not None
         assert f"bundles SQLite {out['version']}" in message, message
-        assert "3.45 or later" in message and "pysqlite3-binary" in message, message
+        assert "3.47 or later" in message and "pysqlite3-binary" in message, message
         assert "sys.modules['sqlite3'] = pysqlite3" in message, message
     assert out["raised"].startswith("ConfigError: DATABASES['default']: ")
     assert "river_anyio.E001" in out["check"]

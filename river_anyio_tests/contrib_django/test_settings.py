@@ -4,6 +4,7 @@ gives a ConfigError naming the key; no URL shown carries its password."""
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -120,3 +121,16 @@ def test_an_in_memory_sqlite_database_cannot_be_shared_with_a_worker(name: str) 
 def test_other_backends_are_refused() -> None:
     with pytest.raises(ConfigError, match="PostgreSQL and SQLite backends, not 'mysql'"):
         alias_url("default", {"NAME": "shop"}, "mysql")
+
+
+def test_the_howtos_code_is_the_test_projects() -> None:
+    """The how-to's jobs module and view are the tested project's, word for word."""
+    root = Path(__file__).resolve().parents[2]
+    page = (root / "docs/howto/django.md").read_text()
+    shown = 0
+    for marker, code in re.findall(
+        r"<!-- not-run: (\S+), run by the test suite -->\n```python\n(.*?)```", page, re.S
+    ):
+        assert code in (root / marker).read_text(), marker
+        shown += 1
+    assert shown == 2

@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from ..._job import InsertOpts, InsertResult, JobArgs
 
 __all__ = [
-    "MIN_SQLITE_VERSION",
     "close_client",
     "database_url",
     "get_client",
@@ -46,9 +45,6 @@ __all__ = [
     "insert_many_fast",
     "river_settings",
 ]
-
-#: River's SQLite tables use JSONB functions, which SQLite has from 3.45.0.
-MIN_SQLITE_VERSION = (3, 45, 0)
 
 
 @attrs.frozen(kw_only=True)
@@ -121,7 +117,7 @@ def _settings() -> RiverSettings:
 def check_driver(alias: str, vendor: str, database_module: Any) -> None:
     """Raise a ConfigError when Django's connection ``alias`` cannot carry River's inserts:
     psycopg2 under the PostgreSQL backend, or a ``sqlite3`` module bundling SQLite older than
-    3.45 (River's tables use JSONB)."""
+    river_anyio's SQLite driver needs (3.47: River's tables use JSONB)."""
     field = f"DATABASES[{alias!r}]"
     dialect = vendor_dialect(alias, vendor)
     if dialect == "postgres":
@@ -134,16 +130,19 @@ def check_driver(alias: str, vendor: str, database_module: Any) -> None:
                 "pip install 'psycopg[binary]'",
             )
         return
+    from ...drivers.sqlite._connection import MIN_SQLITE_VERSION
+
     version = tuple(database_module.sqlite_version_info)
     if version < MIN_SQLITE_VERSION:
+        need = ".".join(map(str, MIN_SQLITE_VERSION[:2]))
         raise ConfigError(
             field,
             f"Django's SQLite backend uses the {database_module.__name__} module, which "
             f"bundles SQLite {database_module.sqlite_version}; River's tables need SQLite "
-            f"3.45 or later (JSONB). Fix: pip install pysqlite3-binary, and put it in place "
+            f"{need} or later (JSONB). Fix: pip install pysqlite3-binary, and put it in place "
             f"of sqlite3 before Django loads (at the top of settings.py: "
             f"import sys, pysqlite3; sys.modules['sqlite3'] = pysqlite3), or use a Python "
-            f"built with SQLite 3.45+",
+            f"built with SQLite {need}+",
         )
 
 

@@ -2,7 +2,7 @@
 
 The database comes from ``SHOP_DATABASE_URL``: ``postgresql://user@host:port/name`` or
 ``sqlite:///absolute/path.sqlite3``. Django's SQLite backend uses the ``sqlite3`` module,
-whose SQLite must be 3.45 or later for River's tables; pysqlite3-binary bundles one, and is put
+whose SQLite must be 3.47 or later for River's tables; pysqlite3-binary bundles one, and is put
 in place of ``sqlite3`` here, before Django loads its SQLite backend (``SHOP_STDLIB_SQLITE=1``
 leaves the standard library's module, for the test of the error it gives when too old).
 """
@@ -22,6 +22,7 @@ SECRET_KEY = "river_anyio-tests-only"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost"]
 USE_TZ = True
+TIME_ZONE = "UTC"
 ROOT_URLCONF = "djproject.urls"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
