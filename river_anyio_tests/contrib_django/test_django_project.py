@@ -92,7 +92,10 @@ print(json.dumps({
 def _env(database_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("RIVER_", "SHOP_", "PG"))}
     env.update(
-        PYTHONPATH=os.pathsep.join([str(PROJECT), str(REPO)]),
+        # an outer PYTHONPATH comes after (a run against another Django release puts it there)
+        PYTHONPATH=os.pathsep.join(
+            [str(PROJECT), str(REPO), *filter(None, [os.environ.get("PYTHONPATH")])]
+        ),
         DJANGO_SETTINGS_MODULE="djproject.settings",
         SHOP_DATABASE_URL=database_url,
         **extra,
