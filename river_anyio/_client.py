@@ -24,6 +24,7 @@ from ._jobs_api import JobsAPI
 from ._limiter import KeyedBurstLimiter
 from ._periodic import PeriodicJob, PeriodicJobs
 from ._queues_api import LocalQueues, QueuesAPI
+from ._sqlalchemy import async_dbapi_connection, is_async_sqlalchemy
 from ._timeutil import utc_now
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
@@ -262,8 +263,16 @@ class Client:
     async def insert_tx(
         self, tx: object, args: object, opts: InsertOpts | None = None
     ) -> InsertResult:
-        """Insert one job inside the caller's transaction (visible and notified at its commit)."""
+        """Insert one job inside the caller's transaction (visible and notified at its commit).
+
+        ``tx``: a transaction of this client, a psycopg ``AsyncConnection`` (asyncio) or
+        :class:`~river_anyio.drivers.postgres.AnyioConnection`, or under asyncio an SQLAlchemy
+        ``AsyncConnection``/``AsyncSession`` on ``postgresql+psycopg`` (its transaction,
+        begun if none is open).
+        """
         params = [self._params(args, opts)]
+        if is_async_sqlalchemy(tx):
+            tx = await async_dbapi_connection(tx)
         return (await self._insert_many_on(self._driver.executor_for(tx), params))[0]
 
     async def insert_many(self, params: Sequence[object]) -> list[InsertResult]:
@@ -272,6 +281,8 @@ class Client:
 
     async def insert_many_tx(self, tx: object, params: Sequence[object]) -> list[InsertResult]:
         built = self._many(params)
+        if is_async_sqlalchemy(tx):
+            tx = await async_dbapi_connection(tx)
         return await self._insert_many_on(self._driver.executor_for(tx), built)
 
     async def insert_many_fast(self, params: Sequence[object]) -> int:
@@ -287,6 +298,8 @@ class Client:
 
     async def insert_many_fast_tx(self, tx: object, params: Sequence[object]) -> int:
         built = self._many(params)
+        if is_async_sqlalchemy(tx):
+            tx = await async_dbapi_connection(tx)
         return await self._insert_fast_on(self._driver.executor_for(tx), built)
 
 

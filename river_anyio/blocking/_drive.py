@@ -1,0 +1,31 @@
+"""Running the async client's code from a blocking caller, without an event loop.
+
+The blocking client reuses the async :class:`river_anyio.Client` (validation, option
+precedence, unique keys, middleware, insert notifications) over drivers whose I/O is blocking:
+their ``async`` methods never suspend. Such a coroutine runs to its end on the first
+``send(None)``; :func:`drive` does exactly that, and refuses a coroutine that does suspend
+(an insert middleware or hook awaiting real async I/O cannot run in a blocking call).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+__all__ = ["drive"]
+
+T = TypeVar("T")
+
+
+def drive(coro: Coroutine[Any, Any, T]) -> T:
+    """The result of ``coro``, run to its end in this thread; it must not suspend."""
+    try:
+        coro.send(None)
+    except StopIteration as done:
+        value: T = done.value
+        return value
+    coro.close()
+    raise RuntimeError(
+        "a blocking river_anyio call awaited something that waits for an event loop; insert "
+        "middleware and hooks used with river_anyio.blocking must not await async I/O"
+    )

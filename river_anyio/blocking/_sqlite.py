@@ -1,0 +1,357 @@
+"""The SQLite side of the blocking client: the async driver's own executor on blocking
+connections.
+
+:class:`SQLiteExecutor` does every operation as one synchronous function of a connection
+(``fn(conn)``, River's statements from the driver's ``Queries``), handed to the connection's
+owner to run. Here the owner runs it at once in the calling thread, on a pooled apsw
+connection or on the caller's own connection (apsw, or a ``sqlite3``-API connection seen
+through a small adapter), so :func:`~._drive.drive` runs the executor's coroutines to their end.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from typing import Any, Final, Literal, TypeVar, cast
+
+import apsw
+
+from .._errors import (
+    ConfigError,
+    ConnectionLostError,
+    DatabaseBusyError,
+    DatabaseError,
+    IntegrityError,
+    PoolTimeoutError,
+)
+from .._sqlalchemy import sync_dbapi_connection
+from ..drivers.sqlite import SQLiteExecutor
+from ..drivers.sqlite._connection import MIN_SQLITE_VERSION, quote_ident, rollback_quietly
+from ..drivers.sqlite._errors import translate
+from ..drivers.sqlite._queries import Queries
+
+__all__ = ["ApswPool", "BlockingSQLiteDriver"]
+
+logger = logging.getLogger("river_anyio.driver")
+
+T = TypeVar("T")
+
+_NEED: Final = ".".join(map(str, MIN_SQLITE_VERSION))
+#: ``sqlite3.LEGACY_TRANSACTION_CONTROL`` (Python 3.12+): the module begins before writes.
+_LEGACY: Final = -1
+
+
+def open_apsw(path: str, *, busy_timeout: float, attach: dict[str, str]) -> apsw.Connection:
+    """A read-write connection to River's database file, set up as the async driver's."""
+    parent = os.path.dirname(path)
+    if not os.path.isdir(parent):
+        raise ConfigError(
+            "database_url",
+            f"directory {parent!r} does not exist (the driver does not create directories)",
+            path,
+        )
+    conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READWRITE | apsw.SQLITE_OPEN_CREATE)
+    try:
+        conn.set_busy_timeout(int(busy_timeout * 1000))
+        conn.pragma("foreign_keys", 1)
+        for name, other in attach.items():
+            conn.execute(f"ATTACH DATABASE ? AS {quote_ident(name)}", (other,))
+        for schema in ("main", *attach):
+            if str(conn.pragma("journal_mode", schema=schema)).lower() != "wal":
+                conn.pragma("journal_mode", "wal", schema=schema)
+            conn.pragma("synchronous", "normal", schema=schema)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+class ApswPool:
+    """A thread-safe pool of apsw connections to one file, each used by one thread at a time."""
+
+    def __init__(
+        self,
+        path: str,
+        *,
+        max_size: int,
+        acquire_timeout: float,
+        busy_timeout: float,
+        attach: dict[str, str],
+    ) -> None:
+        self.path = path
+        self._max_size = max_size
+        self._acquire_timeout = acquire_timeout
+        self._busy_timeout = busy_timeout
+        self._attach = attach
+        self._slots = threading.BoundedSemaphore(max_size)
+        self._lock = threading.Lock()
+        self._idle: list[apsw.Connection] = []
+        self._closed = False
+
+    def get(self) -> apsw.Connection:
+        if self._closed:
+            raise ConnectionLostError("sqlite: the blocking client is closed")
+        if not self._slots.acquire(timeout=self._acquire_timeout):
+            raise PoolTimeoutError(
+                f"no connection became free within {self._acquire_timeout:g}s "
+                f"(pool max size {self._max_size})"
+            )
+        try:
+            with self._lock:
+                if self._idle:
+                    return self._idle.pop()
+            try:
+                return open_apsw(self.path, busy_timeout=self._busy_timeout, attach=self._attach)
+            except apsw.Error as exc:
+                raise translate(exc) from exc
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def put(self, conn: apsw.Connection) -> None:
+        try:
+            rollback_quietly(conn)
+            with self._lock:
+                if not self._closed and not conn.in_transaction:
+                    self._idle.append(conn)
+                    return
+            conn.close()
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for conn in idle:
+            conn.close()
+
+
+def _run_translated(fn: Callable[..., T], conn: Any, *args: Any) -> T:
+    try:
+        return fn(conn, *args)
+    except apsw.Error as exc:
+        raise translate(exc) from exc
+
+
+class _PoolRunner:
+    """The executor's connection owner for calls outside a transaction: each runs at once on
+    a pooled connection."""
+
+    __slots__ = ("_pool",)
+
+    def __init__(self, pool: ApswPool) -> None:
+        self._pool = pool
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        conn = self._pool.get()
+        try:
+            return _run_translated(fn, conn, *args)
+        finally:
+            self._pool.put(conn)  # an open transaction is rolled back
+
+
+class _Session:
+    """The executor's session inside a transaction: each call runs at once on ``conn``,
+    after ``begin`` (once, when given and no transaction is open)."""
+
+    __slots__ = ("begin", "begun", "conn", "notified", "translate_error")
+
+    def __init__(
+        self,
+        conn: Any,
+        *,
+        begin: Callable[[], None] | None,
+        translate_error: Callable[[BaseException], BaseException | None],
+    ) -> None:
+        self.conn = conn
+        self.begin = begin
+        self.begun = False
+        self.notified = False
+        self.translate_error = translate_error
+
+    async def run(self, fn: Callable[..., T]) -> T:
+        try:
+            if self.begin is not None and not self.conn.in_transaction:
+                self.begin()
+                self.begun = True
+            return fn(self.conn)
+        except Exception as exc:
+            mapped = self.translate_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
+
+
+def _apsw_error(exc: BaseException) -> BaseException | None:
+    return translate(exc) if isinstance(exc, apsw.Error) else None
+
+
+class Sqlite3AsApsw:
+    """The few apsw connection methods River's SQLite operations use, on a ``sqlite3``-API
+    connection (stdlib ``sqlite3``, ``pysqlite3``)."""
+
+    __slots__ = ("_conn",)
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        cur = self._conn.cursor()
+        cur.row_factory = None  # rows as tuples, whatever the connection's factory
+        return cur.execute(sql, params)
+
+    def total_changes(self) -> int:
+        return int(self._conn.total_changes)
+
+    def changes(self) -> int:
+        return int(self._conn.execute("SELECT changes()").fetchone()[0])
+
+    @property
+    def in_transaction(self) -> bool:
+        return bool(self._conn.in_transaction)
+
+
+def sqlite3_module(conn: object) -> Any:
+    """The ``sqlite3``-API module (``sqlite3``, ``pysqlite3.dbapi2``, …) whose connection
+    ``conn`` is, or None."""
+    for cls in type(conn).__mro__:
+        if cls.__name__ == "Connection":
+            mod = sys.modules.get(cls.__module__)
+            if mod is not None and hasattr(mod, "sqlite_version_info") and hasattr(mod, "Error"):
+                return mod
+    return None
+
+
+def check_sqlite3_version(mod: Any) -> None:
+    """ConfigError unless ``mod`` (a ``sqlite3``-API module) links SQLite new enough."""
+    version = tuple(mod.sqlite_version_info)
+    if version < MIN_SQLITE_VERSION:
+        raise ConfigError(
+            "conn",
+            f"the {mod.__name__} module uses SQLite {mod.sqlite_version}, and River's SQLite "
+            f"tables need SQLite >= {_NEED} (JSONB columns, JSON paths). Install "
+            "pysqlite3-binary (which bundles a recent SQLite) and connect with "
+            "pysqlite3.dbapi2, or use apsw (pip install apsw)",
+            mod.sqlite_version,
+        )
+
+
+def _dbapi_error(mod: Any) -> Callable[[BaseException], BaseException | None]:
+    def translate_dbapi(exc: BaseException) -> BaseException | None:
+        if not isinstance(exc, mod.Error):
+            return None
+        msg = f"sqlite: {exc}"
+        if isinstance(exc, mod.IntegrityError):
+            return IntegrityError(msg)
+        if isinstance(exc, mod.OperationalError) and "locked" in str(exc):
+            return DatabaseBusyError(msg)
+        return DatabaseError(msg)
+
+    return translate_dbapi
+
+
+class BlockingSQLiteDriver:
+    """The driver surface the async :class:`~river_anyio.Client` uses, on an :class:`ApswPool`
+    (every awaited call completes before it returns)."""
+
+    def __init__(self, pool: ApswPool, schema: str | None) -> None:
+        self._pool = pool
+        self._schema = schema
+        self._queries = Queries(schema)
+        self._runner = _PoolRunner(pool)
+        self._executor = SQLiteExecutor(cast(Any, self._runner), self._queries)
+
+    @property
+    def dialect(self) -> Literal["sqlite"]:
+        return "sqlite"
+
+    @property
+    def schema(self) -> str | None:
+        return self._schema
+
+    @property
+    def supports_listen_notify(self) -> bool:
+        return True
+
+    def executor(self) -> SQLiteExecutor:
+        return self._executor
+
+    def _on(self, session: _Session) -> SQLiteExecutor:
+        return SQLiteExecutor(cast(Any, self._runner), self._queries, session=cast(Any, session))
+
+    def transaction(self) -> AbstractAsyncContextManager[SQLiteExecutor]:
+        return self._transaction()
+
+    @asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[SQLiteExecutor]:
+        conn = self._pool.get()
+        try:
+            session = _Session(
+                conn,
+                begin=lambda: _execute(conn, "BEGIN IMMEDIATE"),
+                translate_error=_apsw_error,
+            )
+            tx = self._on(session)
+            try:
+                yield tx
+            finally:
+                tx._closed = True
+            if session.begun:
+                try:
+                    conn.execute("COMMIT")
+                except apsw.Error as exc:
+                    raise translate(exc) from exc
+        finally:
+            self._pool.put(conn)  # rolls back whatever is still open
+
+    def executor_for(self, conn: object) -> SQLiteExecutor:
+        """An executor inside the caller's transaction: an ``apsw.Connection``, a
+        ``sqlite3``-API connection (stdlib ``sqlite3`` linking SQLite >= 3.47, or
+        ``pysqlite3``), or an SQLAlchemy ``Connection``/``Session`` on one."""
+        if isinstance(conn, SQLiteExecutor) and cast(Any, conn._writer) is self._runner:
+            return conn
+        if isinstance(conn, apsw.Connection):
+            return self._on(_Session(conn, begin=None, translate_error=_apsw_error))
+        mod = sqlite3_module(conn)
+        if mod is None:
+            raw = sync_dbapi_connection(conn)
+            if raw is None:
+                raise TypeError(
+                    "insert_tx() on SQLite takes an apsw.Connection, a sqlite3 (or pysqlite3) "
+                    "connection, or an SQLAlchemy Connection/Session on one, not "
+                    f"{type(conn).__module__}.{type(conn).__qualname__}"
+                )
+            return self.executor_for(raw)
+        check_sqlite3_version(mod)
+        return self._on(
+            _Session(
+                Sqlite3AsApsw(conn), begin=_legacy_begin(conn), translate_error=_dbapi_error(mod)
+            )
+        )
+
+    def listener(self) -> Any:
+        raise TypeError("the blocking client does not listen for notifications")
+
+    async def aclose(self) -> None:
+        self._pool.close()
+
+
+def _legacy_begin(conn: Any) -> Callable[[], None] | None:
+    """What the ``sqlite3`` module does before a write in its default (legacy) transaction
+    mode: ``BEGIN`` (with the connection's isolation level) when none is open. None when the
+    connection is in autocommit mode (``isolation_level=None``): the caller begins."""
+    if getattr(conn, "autocommit", _LEGACY) != _LEGACY:
+        return None  # Python 3.12's autocommit=False keeps a transaction open; True: caller's
+    level = getattr(conn, "isolation_level", None)
+    if level is None:
+        return None
+    return lambda: _execute(conn, f"BEGIN {level}".strip())
+
+
+def _execute(conn: Any, sql: str) -> None:
+    conn.execute(sql)
