@@ -7,6 +7,7 @@ backend on pysqlite3; and on the standard library's sqlite3, too old, for its er
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -133,35 +134,47 @@ def _pg_query(url: str) -> Query:
     return query
 
 
-def _sqlite_query(path: str) -> Query:
+@contextlib.contextmanager
+def _sqlite_query(path: str) -> Iterator[Query]:
     import apsw
 
-    def query(sql: str) -> list[tuple[Any, ...]]:
-        conn = apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY)
-        try:
-            return [tuple(row) for row in conn.execute(sql)]
-        finally:
-            conn.close()
+    # one connection for the test: a reader opening and closing a connection at every poll
+    # makes the worker's writes wait on the file's locks
+    conn: list[apsw.Connection] = []
 
-    return query
+    def query(sql: str) -> list[tuple[Any, ...]]:
+        if not conn:
+            conn.append(apsw.Connection(path, flags=apsw.SQLITE_OPEN_READONLY))
+            conn[0].set_busy_timeout(5000)  # the worker writes meanwhile
+        return [tuple(row) for row in conn[0].execute(sql)]
+
+    try:
+        yield query
+    finally:
+        for c in conn:
+            c.close()
 
 
 @pytest.fixture(params=["postgres", "sqlite"])
-def project_db(request: pytest.FixtureRequest) -> tuple[str, str, Query]:
+def project_db(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Query]]:
     """A fresh, empty database (no River schema): its URL for the project, the worker's loop,
     and a way to read it."""
     if request.param == "postgres":
         url = str(request.getfixturevalue("pg_empty_url"))
-        return _with_password(url), "asyncio", _pg_query(url)
+        yield _with_password(url), "asyncio", _pg_query(url)
+        return
     path = str(request.getfixturevalue("tmp_path") / "shop.sqlite3")
-    return f"sqlite://{path}", "trio", _sqlite_query(path)
+    with _sqlite_query(path) as query:
+        yield f"sqlite://{path}", "trio", query
 
 
-def _wait_for(what: str, condition: Callable[[], bool], worker: subprocess.Popen[bytes]) -> None:
+def _wait_for(
+    what: str, condition: Callable[[], bool], worker: subprocess.Popen[bytes], log: Path
+) -> None:
     deadline = time.monotonic() + WITHIN
     while not condition():
         assert worker.poll() is None, f"the worker exited ({worker.returncode}) before {what}"
-        assert time.monotonic() < deadline, f"not within {WITHIN}s: {what}"
+        assert time.monotonic() < deadline, f"not within {WITHIN}s: {what}\n{log.read_text()}"
         time.sleep(0.05)
 
 
@@ -194,6 +207,7 @@ def test_views_commit_the_row_and_job_together_and_a_worker_process_runs_it(
                     and query("SELECT DISTINCT state FROM river_job") == [("completed",)]
                 ),
                 worker,
+                log,
             )
             worker.send_signal(signal.SIGTERM)
             code = worker.wait(timeout=WITHIN)
