@@ -32,27 +32,52 @@ pytest.importorskip("django")
 
 #: Requests through Django's test client, after River's and Django's migrations.
 REQUESTS = """
-import json
+import io, json
 import django
 
 django.setup()
 from django.core.management import call_command
+from django.core.management.base import CommandError
+from django.db import transaction
 from django.test import Client
 
 import river_anyio.contrib.django as river_django
 from shop.jobs import ShipOrder
 
+try:
+    call_command("river_migrate", "validate")
+except CommandError as exc:
+    pending = str(exc)
+else:
+    pending = None
 call_command("river_migrate", "up")
+listed = io.StringIO()
+call_command("river_migrate", "list", stdout=listed)
 call_command("migrate", verbosity=0)
+
 client = Client(raise_request_exception=False)
 ok = client.post("/orders", {"item": "book"})
 failed = client.post("/orders-then-fail", {"item": "lamp"})
 # outside any transaction.atomic(): committed at once
 alone = river_django.insert(ShipOrder(order_id=-1))
+with transaction.atomic():
+    many = river_django.insert_many([ShipOrder(order_id=-2), ShipOrder(order_id=-3)])
+    fast = river_django.insert_many_fast([ShipOrder(order_id=-4)])
+try:
+    with transaction.atomic():
+        river_django.insert_many([ShipOrder(order_id=-5)])
+        river_django.insert_many_fast([ShipOrder(order_id=-6)])
+        raise RuntimeError("rolled back")
+except RuntimeError:
+    pass
 print(json.dumps({
+    "pending": pending,
+    "listed": listed.getvalue(),
     "ok": [ok.status_code, ok.json()],
     "failed": failed.status_code,
     "alone": alone.job.id,
+    "many": [r.job.id for r in many],
+    "fast": fast,
 }))
 """
 
@@ -191,7 +216,16 @@ def test_views_commit_the_row_and_job_together_and_a_worker_process_runs_it(
     # the failed view's order and job were rolled back together; the others are committed
     assert query("SELECT id, item, state FROM shop_order") == [(body["order"], "book", "new")]
     jobs = query("SELECT id, state FROM river_job WHERE kind = 'ship_order' ORDER BY id")
-    assert jobs == [(body["job"], "available"), (out["alone"], "available")]
+    assert jobs == [
+        (body["job"], "available"),
+        (out["alone"], "available"),
+        *((job_id, "available") for job_id in out["many"]),
+        (max(out["many"]) + 1, "available"),
+    ]
+    assert out["fast"] == 1
+    # river_migrate: validate failed before up (an empty database), list marks the last
+    assert out["pending"], out["pending"]
+    assert out["listed"].splitlines()[-1].startswith("* "), out["listed"]
 
     log = tmp_path / "worker.log"
     with log.open("wb") as sink:
