@@ -88,7 +88,7 @@ import django
 
 django.setup()
 from django.core.management import call_command
-from django.core.management.base import SystemCheckError
+from django.core.management.base import CommandError, SystemCheckError
 from django.test import Client
 
 from shop.models import Order
@@ -106,7 +106,12 @@ except SystemCheckError as exc:
     check = str(exc)
 else:
     check = None
+try:
+    call_command("river_worker", "shop.jobs:nothing")
+except CommandError as exc:
+    usage = [exc.returncode, str(exc)]
 print(json.dumps({
+    "usage": usage,
     "version": sqlite3.sqlite_version,
     "raised": raised,
     "check": check,
@@ -188,6 +193,7 @@ def project_db(request: pytest.FixtureRequest) -> Iterator[tuple[str, str, Query
         url = str(request.getfixturevalue("pg_empty_url"))
         yield _with_password(url), "asyncio", _pg_query(url)
         return
+    pytest.importorskip("pysqlite3", reason="pysqlite3-binary: Linux x86-64 wheels only")
     path = str(request.getfixturevalue("tmp_path") / "shop.sqlite3")
     with _sqlite_query(path) as query:
         yield f"sqlite://{path}", "trio", query
@@ -269,3 +275,5 @@ def test_the_standard_librarys_too_old_sqlite3_is_named_with_the_fix(tmp_path: P
     assert out["raised"].startswith("ConfigError: DATABASES['default']: ")
     assert "river_anyio.E001" in out["check"]
     assert out["orders"] == 0  # the view's transaction was rolled back
+    # river_worker's usage errors are the worker command's, exit code 2
+    assert out["usage"] == [2, "'shop.jobs' has no attribute 'nothing'"]

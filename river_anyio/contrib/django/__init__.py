@@ -83,9 +83,13 @@ def database_url(config: RiverSettings | None = None) -> str:
 def get_client() -> blocking.Client:
     """The process's :class:`~river_anyio.blocking.Client`, built at the first call from
     ``RIVER_ANYIO`` (``DATABASE``, ``SCHEMA`` and ``CLIENT_OPTIONS``). Thread-safe."""
+    return _current().client
+
+
+def _current() -> _Built:
     with _lock:
         if _built:
-            return _built[0].client
+            return _built[0]
         from ... import blocking
 
         config = river_settings()
@@ -95,7 +99,7 @@ def get_client() -> blocking.Client:
         _built.append(_Built(settings=config, client=client))
         if not _atexit:
             _atexit.append(atexit.register(close_client))
-        return client
+        return _built[0]
 
 
 def close_client() -> None:
@@ -107,11 +111,6 @@ def close_client() -> None:
         _checked.clear()
     for b in built:
         b.client.close()
-
-
-def _settings() -> RiverSettings:
-    get_client()
-    return _built[0].settings
 
 
 def check_driver(alias: str, vendor: str, database_module: Any) -> None:
@@ -150,7 +149,7 @@ def _connection(using: str | None) -> tuple[Any, str]:
     """Django's connection for ``using``, checked once per alias."""
     from django.db import connections
 
-    config = _settings()
+    config = _current().settings
     alias = using or config.default_using
     conn = connections[alias]
     if alias not in _checked:

@@ -13,7 +13,9 @@ import os
 import sys
 import urllib.parse
 
-if os.environ.get("SHOP_STDLIB_SQLITE") != "1":
+if os.environ["SHOP_DATABASE_URL"].startswith("sqlite:") and not os.environ.get(
+    "SHOP_STDLIB_SQLITE"
+):
     import pysqlite3  # type: ignore[import-not-found]
 
     sys.modules["sqlite3"] = pysqlite3

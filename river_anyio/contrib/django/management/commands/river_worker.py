@@ -102,7 +102,13 @@ class Command(BaseCommand):  # type: ignore[misc]
         )
         try:
             code = run(namespace, out=text_stream(self.stdout), err=text_stream(self.stderr))
-        except (RiverError, OSError) as exc:
+        except CommandError:
+            raise
+        except RiverError as exc:
             raise CommandError(redact_url(str(exc)), returncode=1) from None
+        except Exception as exc:  # one line, never a traceback with a URL in it
+            raise CommandError(
+                f"{type(exc).__name__}: {redact_url(str(exc))}", returncode=1
+            ) from None
         if code:
             raise CommandError("the worker failed", returncode=code)
