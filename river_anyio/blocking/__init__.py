@@ -16,6 +16,21 @@ insert notifications) over blocking connections; no event loop is started.
 
 from __future__ import annotations
 
+import contextlib
+
 from ._client import DRIVER_OPTIONS, Client, Jobs, Queues
 
-__all__ = ["DRIVER_OPTIONS", "Client", "Jobs", "Queues"]
+__all__ = ("DRIVER_OPTIONS", "Client", "Jobs", "Queues")
+
+
+def _fixup_module_metadata() -> None:
+    # Tracebacks and docs should say river_anyio.blocking.Client, not ..._client.Client.
+    for name in __all__:
+        obj = globals()[name]
+        if getattr(obj, "__module__", "").startswith(__name__ + "._"):
+            with contextlib.suppress(AttributeError, TypeError):
+                obj.__module__ = __name__
+
+
+_fixup_module_metadata()
+del _fixup_module_metadata

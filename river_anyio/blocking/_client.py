@@ -30,7 +30,9 @@ DRIVER_OPTIONS: Final = {
     "postgres": frozenset(
         {"pool_max_size", "acquire_timeout", "connect_timeout", "prepare_threshold"}
     ),
-    "sqlite": frozenset({"pool_max_size", "acquire_timeout", "busy_timeout", "attach"}),
+    "sqlite": frozenset(
+        {"pool_max_size", "acquire_timeout", "busy_timeout", "attach", "sqlite_module"}
+    ),
 }
 #: Connections the blocking client keeps at most, unless ``driver_options`` says otherwise.
 POOL_MAX_SIZE_DEFAULT: Final = 4
@@ -108,7 +110,11 @@ def _open_driver(url: str, config: Config) -> Driver:
         path_from_url,
     )
     from ..drivers.sqlite._connection import check_sqlite_version
-    from ._sqlite import ApswPool, BlockingSQLiteDriver
+    from ._sqlite import BlockingSQLiteDriver, SQLitePool, check_sqlite3_version
+
+    def sqlite3_module_of(mod: object) -> object:
+        ok = callable(getattr(mod, "connect", None)) and hasattr(mod, "sqlite_version_info")
+        return mod if ok else None
 
     check_sqlite_version()
     path = path_from_url(url)
@@ -127,12 +133,22 @@ def _open_driver(url: str, config: Config) -> Driver:
             "driver_options={'attach': {name: path}} to attach it",
             config.schema,
         )
-    apsw_pool = ApswPool(
+    module = options.get("sqlite_module")
+    if module is not None:
+        if sqlite3_module_of(module) is None:
+            raise ConfigError(
+                "sqlite_module",
+                "must be a sqlite3-API module (sqlite3, pysqlite3.dbapi2) or None for apsw",
+                module,
+            )
+        check_sqlite3_version(module, field="sqlite_module")
+    apsw_pool = SQLitePool(
         path,
         max_size=pool_max_size,
         acquire_timeout=sqlite_acquire,
         busy_timeout=busy,
         attach=attach,
+        module=module,
     )
     return BlockingSQLiteDriver(apsw_pool, config.schema)
 
@@ -145,7 +161,10 @@ class Client:
     that concern inserting (``id``, ``schema``, ``max_attempts``, ``middleware``, ``hooks``,
     ``driver_options``), validated the same way, before anything connects. ``driver_options``:
     ``pool_max_size`` (4), ``acquire_timeout`` (30 s), and PostgreSQL's ``connect_timeout``
-    and ``prepare_threshold`` or SQLite's ``busy_timeout`` and ``attach``.
+    and ``prepare_threshold``, or SQLite's ``busy_timeout``, ``attach`` and ``sqlite_module``
+    (the client's own connections use apsw; give the ``sqlite3``-API module your application
+    opens the same file with, such as ``pysqlite3.dbapi2``, so that one SQLite library holds
+    the file's locks in this process: two libraries on one file break each other's locks).
 
     Connections are opened on first use from a small pool of the client's own; the ``*_tx``
     methods use the caller's connection instead. Safe to share between threads. Close it with

@@ -35,7 +35,7 @@ from ..drivers.sqlite._connection import MIN_SQLITE_VERSION, quote_ident, rollba
 from ..drivers.sqlite._errors import translate
 from ..drivers.sqlite._queries import Queries
 
-__all__ = ["ApswPool", "BlockingSQLiteDriver"]
+__all__ = ["SQLitePool", "BlockingSQLiteDriver"]
 
 logger = logging.getLogger("river_anyio.driver")
 
@@ -71,8 +71,32 @@ def open_apsw(path: str, *, busy_timeout: float, attach: dict[str, str]) -> apsw
     return conn
 
 
-class ApswPool:
-    """A thread-safe pool of apsw connections to one file, each used by one thread at a time."""
+def open_dbapi(
+    mod: Any, path: str, *, busy_timeout: float, attach: dict[str, str]
+) -> Sqlite3AsApsw:
+    """:func:`open_apsw`, with a ``sqlite3``-API module instead of apsw (autocommit mode:
+    transactions are begun explicitly, as on apsw)."""
+    check_sqlite3_version(mod, field="sqlite_module")
+    raw = mod.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
+    conn = Sqlite3AsApsw(raw)
+    try:
+        conn.execute("PRAGMA foreign_keys = 1")
+        for name, other in attach.items():
+            conn.execute(f"ATTACH DATABASE ? AS {quote_ident(name)}", (other,))
+        for schema in ("main", *attach):
+            q = quote_ident(schema)
+            if str(conn.execute(f"PRAGMA {q}.journal_mode").fetchone()[0]).lower() != "wal":
+                conn.execute(f"PRAGMA {q}.journal_mode = wal").fetchall()
+            conn.execute(f"PRAGMA {q}.synchronous = normal")
+    except BaseException:
+        raw.close()
+        raise
+    return conn
+
+
+class SQLitePool:
+    """A thread-safe pool of connections to one file (apsw, or of the ``sqlite3``-API module
+    given), each used by one thread at a time."""
 
     def __init__(
         self,
@@ -82,18 +106,29 @@ class ApswPool:
         acquire_timeout: float,
         busy_timeout: float,
         attach: dict[str, str],
+        module: Any = None,
     ) -> None:
         self.path = path
         self._max_size = max_size
         self._acquire_timeout = acquire_timeout
         self._busy_timeout = busy_timeout
         self._attach = attach
+        self._module = module
+        #: What an error of these connections becomes (None: not a database error).
+        self.translate_error = _apsw_error if module is None else _dbapi_error(module)
         self._slots = threading.BoundedSemaphore(max_size)
         self._lock = threading.Lock()
-        self._idle: list[apsw.Connection] = []
+        self._idle: list[Any] = []
         self._closed = False
 
-    def get(self) -> apsw.Connection:
+    def _open(self) -> Any:
+        if self._module is None:
+            return open_apsw(self.path, busy_timeout=self._busy_timeout, attach=self._attach)
+        return open_dbapi(
+            self._module, self.path, busy_timeout=self._busy_timeout, attach=self._attach
+        )
+
+    def get(self) -> Any:
         if self._closed:
             raise ConnectionLostError("sqlite: the blocking client is closed")
         if not self._slots.acquire(timeout=self._acquire_timeout):
@@ -106,16 +141,22 @@ class ApswPool:
                 if self._idle:
                     return self._idle.pop()
             try:
-                return open_apsw(self.path, busy_timeout=self._busy_timeout, attach=self._attach)
-            except apsw.Error as exc:
-                raise translate(exc) from exc
+                return self._open()
+            except Exception as exc:
+                mapped = self.translate_error(exc)
+                if mapped is None:
+                    raise
+                raise mapped from exc
         except BaseException:
             self._slots.release()
             raise
 
-    def put(self, conn: apsw.Connection) -> None:
+    def put(self, conn: Any) -> None:
         try:
-            rollback_quietly(conn)
+            try:
+                rollback_quietly(conn)
+            except Exception:  # a sqlite3-API error rolling back: the connection is dropped
+                logger.warning("sqlite: ROLLBACK failed; closing the connection", exc_info=True)
             with self._lock:
                 if not self._closed and not conn.in_transaction:
                     self._idle.append(conn)
@@ -132,28 +173,27 @@ class ApswPool:
             conn.close()
 
 
-def _run_translated(fn: Callable[..., T], conn: Any, *args: Any) -> T:
-    try:
-        return fn(conn, *args)
-    except apsw.Error as exc:
-        raise translate(exc) from exc
-
-
 class _PoolRunner:
     """The executor's connection owner for calls outside a transaction: each runs at once on
     a pooled connection."""
 
     __slots__ = ("_pool",)
 
-    def __init__(self, pool: ApswPool) -> None:
+    def __init__(self, pool: SQLitePool) -> None:
         self._pool = pool
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        conn = self._pool.get()
+        pool = self._pool
+        conn = pool.get()
         try:
-            return _run_translated(fn, conn, *args)
+            return fn(conn, *args)
+        except Exception as exc:
+            mapped = pool.translate_error(exc)
+            if mapped is None:
+                raise
+            raise mapped from exc
         finally:
-            self._pool.put(conn)  # an open transaction is rolled back
+            pool.put(conn)  # an open transaction is rolled back
 
 
 class _Session:
@@ -216,6 +256,9 @@ class Sqlite3AsApsw:
     def in_transaction(self) -> bool:
         return bool(self._conn.in_transaction)
 
+    def close(self) -> None:
+        self._conn.close()
+
 
 class _TextTimestamps:
     """A ``sqlite3`` cursor whose rows hold River's timestamps as the text stored, also when
@@ -261,12 +304,12 @@ def sqlite3_module(conn: object) -> Any:
     return None
 
 
-def check_sqlite3_version(mod: Any) -> None:
+def check_sqlite3_version(mod: Any, field: str = "conn") -> None:
     """ConfigError unless ``mod`` (a ``sqlite3``-API module) links SQLite new enough."""
     version = tuple(mod.sqlite_version_info)
     if version < MIN_SQLITE_VERSION:
         raise ConfigError(
-            "conn",
+            field,
             f"the {mod.__name__} module uses SQLite {mod.sqlite_version}, and River's SQLite "
             f"tables need SQLite >= {_NEED} (JSONB columns, JSON paths). Install "
             "pysqlite3-binary (which bundles a recent SQLite) and connect with "
@@ -290,10 +333,10 @@ def _dbapi_error(mod: Any) -> Callable[[BaseException], BaseException | None]:
 
 
 class BlockingSQLiteDriver:
-    """The driver surface the async :class:`~river_anyio.Client` uses, on an :class:`ApswPool`
+    """The driver surface the async :class:`~river_anyio.Client` uses, on an :class:`SQLitePool`
     (every awaited call completes before it returns)."""
 
-    def __init__(self, pool: ApswPool, schema: str | None) -> None:
+    def __init__(self, pool: SQLitePool, schema: str | None) -> None:
         self._pool = pool
         self._schema = schema
         self._queries = Queries(schema)
@@ -328,7 +371,7 @@ class BlockingSQLiteDriver:
             session = _Session(
                 conn,
                 begin=lambda: _execute(conn, "BEGIN IMMEDIATE"),
-                translate_error=_apsw_error,
+                translate_error=self._pool.translate_error,
             )
             tx = self._on(session)
             try:
@@ -338,8 +381,11 @@ class BlockingSQLiteDriver:
             if session.begun:
                 try:
                     conn.execute("COMMIT")
-                except apsw.Error as exc:
-                    raise translate(exc) from exc
+                except Exception as exc:
+                    mapped = self._pool.translate_error(exc)
+                    if mapped is None:
+                        raise
+                    raise mapped from exc
         finally:
             self._pool.put(conn)  # rolls back whatever is still open
 

@@ -27,12 +27,24 @@ def test_public_objects_claim_the_package_as_their_module() -> None:
 def test_implementation_modules_are_private() -> None:
     pkg_path = Path(river_anyio.__file__).parent
     for info in pkgutil.iter_modules([str(pkg_path)]):
-        public_packages = {"drivers", "migrate", "testing", "contrib", "pytest_plugin"}
+        public_packages = {
+            "blocking",
+            "contrib",
+            "drivers",
+            "migrate",
+            "pytest_plugin",
+            "testing",
+        }
         assert info.name.startswith("_") or info.name in public_packages, info.name
 
 
 def test_subpackages_export_tuples() -> None:
-    for name in ("river_anyio.drivers", "river_anyio.migrate", "river_anyio.testing"):
+    for name in (
+        "river_anyio.blocking",
+        "river_anyio.drivers",
+        "river_anyio.migrate",
+        "river_anyio.testing",
+    ):
         mod = importlib.import_module(name)
         assert isinstance(mod.__all__, tuple)
         for attr in mod.__all__:
@@ -48,3 +60,10 @@ def test_testing_objects_claim_their_public_module() -> None:
 
     for name in testing.__all__:
         assert getattr(testing, name).__module__ == "river_anyio.testing", name
+
+
+def test_blocking_objects_claim_their_public_module() -> None:
+    import river_anyio.blocking as blocking
+
+    for name in ("Client", "Jobs", "Queues"):
+        assert getattr(blocking, name).__module__ == "river_anyio.blocking", name
