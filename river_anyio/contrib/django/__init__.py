@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ..._errors import ConfigError
+from ...drivers import dialect_of_url
 from ._settings import RiverSettings, alias_url, parse, vendor_dialect
 
 if TYPE_CHECKING:
@@ -50,6 +51,7 @@ __all__ = [
 @attrs.frozen(kw_only=True)
 class _Built:
     settings: RiverSettings
+    dialect: str  # of River's database
     client: blocking.Client
 
 
@@ -90,13 +92,23 @@ def _current() -> _Built:
     with _lock:
         if _built:
             return _built[0]
+        from django.db import connections
+
         from ... import blocking
 
         config = river_settings()
-        client = blocking.Client(
-            database_url(config), schema=config.schema, **config.client_options
-        )
-        _built.append(_Built(settings=config, client=client))
+        url = database_url(config)
+        options = dict(config.client_options)
+        conn = connections[config.default_using]
+        check_driver(config.default_using, conn.vendor, getattr(conn, "Database", None))
+        if conn.vendor == "sqlite" and dialect_of_url(url) == "sqlite":
+            # the client's own connections use Django's sqlite3 module: two SQLite libraries
+            # on one file in one process break each other's locks
+            driver_options = dict(options.pop("driver_options", None) or {})
+            driver_options.setdefault("sqlite_module", conn.Database)
+            options["driver_options"] = driver_options
+        client = blocking.Client(url, schema=config.schema, **options)
+        _built.append(_Built(settings=config, dialect=dialect_of_url(url), client=client))
         if not _atexit:
             _atexit.append(atexit.register(close_client))
         return _built[0]
@@ -149,20 +161,17 @@ def _connection(using: str | None) -> tuple[Any, str]:
     """Django's connection for ``using``, checked once per alias."""
     from django.db import connections
 
-    config = _current().settings
-    alias = using or config.default_using
+    built = _current()
+    alias = using or built.settings.default_using
     conn = connections[alias]
     if alias not in _checked:
         check_driver(alias, conn.vendor, getattr(conn, "Database", None))
-        if config.alias is None:
-            from ...drivers import dialect_of_url
-
-            if dialect_of_url(config.database) != vendor_dialect(alias, conn.vendor):
-                raise ConfigError(
-                    "using",
-                    f"DATABASES[{alias!r}] is {conn.vendor}, but RIVER_ANYIO['DATABASE'] "
-                    f"is a {dialect_of_url(config.database)} database",
-                )
+        if built.dialect != vendor_dialect(alias, conn.vendor):
+            raise ConfigError(
+                "using",
+                f"DATABASES[{alias!r}] is {conn.vendor}, but River's database "
+                f"(RIVER_ANYIO['DATABASE']) is {built.dialect}",
+            )
         _checked.add(alias)
     return conn, alias
 
