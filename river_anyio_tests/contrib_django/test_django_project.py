@@ -70,7 +70,10 @@ try:
         raise RuntimeError("rolled back")
 except RuntimeError:
     pass
+# the process's client reads with its own connections (on SQLite, through Django's module)
+seen = [job.id for job in river_django.get_client().jobs.list(kinds=["ship_order"]).jobs]
 print(json.dumps({
+    "seen": seen,
     "pending": pending,
     "listed": listed.getvalue(),
     "ok": [ok.status_code, ok.json()],
@@ -229,6 +232,7 @@ def test_views_commit_the_row_and_job_together_and_a_worker_process_runs_it(
         (max(out["many"]) + 1, "available"),
     ]
     assert out["fast"] == 1
+    assert sorted(out["seen"]) == [job_id for job_id, _ in jobs]
     # river_migrate: validate failed before up (an empty database), list marks the last
     assert out["pending"], out["pending"]
     assert out["listed"].splitlines()[-1].startswith("* "), out["listed"]
