@@ -171,8 +171,10 @@ def _pg_query(url: str) -> Query:
 def _sqlite_query(path: str) -> Iterator[Query]:
     import apsw
 
-    # one connection for the test: a reader opening and closing a connection at every poll
-    # makes the worker's writes wait on the file's locks
+    # One connection for the test. The worker process opens the file with apsw and, in the
+    # job, with Django's pysqlite3: the second library's close drops the first one's locks
+    # (POSIX locks are per process), and a connection opened afresh then may not see the
+    # worker's later writes; river_worker warns of it (asserted below).
     conn: list[apsw.Connection] = []
 
     def query(sql: str) -> list[tuple[Any, ...]]:
@@ -264,6 +266,8 @@ def test_views_commit_the_row_and_job_together_and_a_worker_process_runs_it(
     assert "river-anyio worker started: queues=default:10 kinds=ship_order" in text, text
     assert f"loop={loop}" in text and "SIGTERM received: stopping" in text, text
     assert PASSWORD not in text
+    warned = "two SQLite libraries on one file in one process break each other's locks"
+    assert (warned in text) == url.startswith("sqlite:"), text
 
 
 def test_the_standard_librarys_too_old_sqlite3_is_named_with_the_fix(tmp_path: Path) -> None:

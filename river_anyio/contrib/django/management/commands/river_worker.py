@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from typing import Any, ClassVar
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -86,6 +87,16 @@ class Command(BaseCommand):  # type: ignore[misc]
                 "(e.g. 'shop.jobs:workers')",
                 returncode=2,
             )
+        shared = _shared_sqlite_aliases(url)
+        if shared:
+            self.stderr.write(
+                f"river_worker: warning: River's SQLite file is also DATABASES "
+                f"{', '.join(map(repr, shared))}: jobs that use the ORM on it open the file "
+                "with Django's sqlite3 module in this process, beside the worker's apsw, and two "
+                "SQLite libraries on one file in one process break each other's locks (other "
+                "processes may miss committed writes; the file may be corrupted). Use "
+                "PostgreSQL, or keep the ORM off this file in jobs."
+            )
         queues = options["queues"]
         if queues is None and config.queues is not None:
             queues = list(config.queues)
@@ -112,3 +123,22 @@ class Command(BaseCommand):  # type: ignore[misc]
             ) from None
         if code:
             raise CommandError("the worker failed", returncode=code)
+
+
+def _shared_sqlite_aliases(url: str) -> list[str]:
+    """The ``DATABASES`` aliases on the SQLite file the worker opens (none on PostgreSQL)."""
+    from django.db import connections
+
+    from river_anyio.drivers import dialect_of_url
+
+    if dialect_of_url(url) != "sqlite":
+        return []
+    from river_anyio.drivers.sqlite import path_from_url
+
+    path = os.path.realpath(path_from_url(url))
+    return [
+        alias
+        for alias in connections
+        if connections[alias].vendor == "sqlite"
+        and os.path.realpath(os.fspath(connections[alias].settings_dict.get("NAME") or "")) == path
+    ]
