@@ -8,6 +8,7 @@ backend on pysqlite3; and on the standard library's sqlite3, too old, for its er
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import json
 import os
 import signal
@@ -79,6 +80,7 @@ print(json.dumps({
     "ok": [ok.status_code, ok.json()],
     "failed": failed.status_code,
     "alone": alone.job.id,
+    "created_at": alone.job.created_at.isoformat(),
     "many": [r.job.id for r in many],
     "fast": fast,
 }))
@@ -218,8 +220,14 @@ def test_views_commit_the_row_and_job_together_and_a_worker_process_runs_it(
     project_db: tuple[str, str, Query], tmp_path: Path
 ) -> None:
     url, loop, query = project_db
-    env = _env(url, SHOP_LOOP=loop)
+    # on PostgreSQL, Django's connection loads timestamps naive (USE_TZ = False), in Tokyo
+    naive = {"SHOP_USE_TZ": "0", "SHOP_TIME_ZONE": "Asia/Tokyo"} if "postgres" in url else {}
+    env = _env(url, SHOP_LOOP=loop, **naive)
     out = _python(REQUESTS, env)
+    # River's rows read through Django's connection: aware datetimes, the right instant
+    created_at = dt.datetime.fromisoformat(out["created_at"])
+    assert created_at.tzinfo is not None, created_at
+    assert abs(dt.datetime.now(dt.UTC) - created_at) < dt.timedelta(minutes=5)
 
     status, body = out["ok"]
     assert status == 201

@@ -23,8 +23,10 @@ if os.environ["SHOP_DATABASE_URL"].startswith("sqlite:") and not os.environ.get(
 SECRET_KEY = "river_anyio-tests-only"
 DEBUG = False
 ALLOWED_HOSTS = ["testserver", "localhost"]
-USE_TZ = True
-TIME_ZONE = "UTC"
+# the PostgreSQL tests run with USE_TZ = False in a zone other than UTC: Django's connection
+# then loads timestamps naive, in that zone
+USE_TZ = os.environ.get("SHOP_USE_TZ", "1") == "1"
+TIME_ZONE = os.environ.get("SHOP_TIME_ZONE", "UTC")
 ROOT_URLCONF = "djproject.urls"
 INSTALLED_APPS = [
     "django.contrib.contenttypes",
