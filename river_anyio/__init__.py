@@ -24,6 +24,7 @@ from ._errors import DatabaseBusyError as DatabaseBusyError
 from ._errors import DatabaseError as DatabaseError
 from ._errors import IntegrityError as IntegrityError
 from ._errors import JobRunningError as JobRunningError
+from ._errors import JobWaitTimeoutError as JobWaitTimeoutError
 from ._errors import MigrationError as MigrationError
 from ._errors import NotFoundError as NotFoundError
 from ._errors import PoolTimeoutError as PoolTimeoutError
@@ -101,6 +102,7 @@ __all__ = (
     "JobRunningError",
     "JobState",
     "JobTimings",
+    "JobWaitTimeoutError",
     "JobsAPI",
     "LocalQueues",
     "MaintenanceConfig",

@@ -27,7 +27,7 @@ from ._insert import InsertManyParams
 from ._job import JobState
 from ._runtime._entry import open_client
 from ._work import Job, WorkContext, Workers
-from .drivers import open_driver, redact_url
+from .drivers import dialect_of_url, open_driver, redact_url
 from .migrate import Migrator
 from .migrate._migrator import quote_schema
 
@@ -78,9 +78,25 @@ async def _bench(
     out: TextIO,
 ) -> BenchResult:
     async with open_driver(url, schema=schema) as driver:
-        await Migrator(driver).up()
+        await Migrator(driver).up()  # River's bench migrates too (an in-memory database)
         async with driver.transaction() as tx:
             await tx.execute(f"DELETE FROM {quote_schema(schema)}river_job")
+        if getattr(driver, "path", None) == ":memory:":
+            # the process's in-memory database lives while a driver has it open
+            return await _work(url, total, duration, rate, max_workers, schema, options, out)
+    return await _work(url, total, duration, rate, max_workers, schema, options, out)
+
+
+async def _work(
+    url: str,
+    total: int | None,
+    duration: float | None,
+    rate: float | None,
+    max_workers: int,
+    schema: str | None,
+    options: ConfigOptions,
+    out: TextIO,
+) -> BenchResult:
     workers = Workers()
     workers.add(BenchArgs, _noop)
     inserted = 0
@@ -196,7 +212,12 @@ def run_bench(
 ) -> int:
     if total is None and duration is None:
         total = 20_000
-    if database_url is not None and not yes:
+    in_memory = False  # nothing to lose: no --yes needed
+    if database_url is not None and dialect_of_url(database_url) == "sqlite":
+        from .drivers.sqlite import path_from_url
+
+        in_memory = path_from_url(database_url) == ":memory:"
+    if database_url is not None and not yes and not in_memory:
         raise ValueError(
             f"bench deletes every job in {label or redact_url(database_url)}; pass --yes to confirm"
         )

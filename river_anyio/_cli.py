@@ -388,16 +388,15 @@ class _Target:
 def _target(args: argparse.Namespace, *, required: bool = True) -> _Target | None:
     """--database-url, else River's PG* fallback (PGDATABASE must be set), with River's
     PostgreSQL session settings (statement_timeout, application_name) applied."""
-    url: str | None = args.database_url
-    from_env = False
-    if not url:
-        if not os.environ.get("PGDATABASE"):
-            if required:
-                raise _UsageError("either PG* environment variables or --database-url must be set")
-            return None
-        url, from_env = "", True
+    source = _worker_cli.database_from(args.database_url, os.environ, variables=())
+    if source is None:
+        if required:
+            raise _UsageError("either PG* environment variables or --database-url must be set")
+        return None
+    from_env = source.source == "PG*"
+    url = "" if from_env else source.url
     dialect = "postgres" if from_env else dialect_of_url(url)
-    label = "the database of the PG* environment variables" if from_env else redact_url(url)
+    label = "the database of the PG* environment variables" if from_env else source.display
     if dialect == "postgres":
         from .drivers.postgres import cli_conninfo
 
@@ -418,7 +417,7 @@ def _require_existing_sqlite(target: _Target, command: str) -> None:
     from .drivers.sqlite import path_from_url
 
     path = path_from_url(target.url)
-    if not os.path.exists(path):
+    if path != ":memory:" and not os.path.exists(path):
         raise _CommandError(
             f"no SQLite database at {path} ({command} does not create one; "
             f"create it with: {PROG} migrate-up --database-url {shlex.quote(target.label)})"

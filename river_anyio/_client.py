@@ -26,6 +26,7 @@ from ._periodic import PeriodicJob, PeriodicJobs
 from ._queues_api import LocalQueues, QueuesAPI
 from ._sqlalchemy import async_dbapi_connection, is_async_sqlalchemy
 from ._timeutil import utc_now
+from ._wait import JobWaiters
 from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
 
 __all__ = ["Client", "default_client_id"]
@@ -101,6 +102,8 @@ class Client:
         self._periodic_jobs = PeriodicJobs(periodic_jobs, never_leader=never_leader)
         #: Set by a running client: wakes its own producers after a committed insert.
         self._after_insert: Callable[[set[str]], None] | None = None
+        #: ``jobs.wait`` calls in progress, woken when this client finalizes their job
+        self._job_waiters = JobWaiters()
         # --- job and queue APIs ---
         #: Set by a running client that does not listen for notifications: applies a control
         #: action (cancel, pause, resume) to its own producers at once, as River does.

@@ -630,6 +630,12 @@ def _maintenance_stagger(_inst: object, _attr: object, value: object) -> None:
         raise ConfigError("_maintenance_stagger", "must be a bool", value)
 
 
+def _fixed_prefetch(value: object) -> int | None:
+    if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 0):
+        raise ConfigError("_fixed_prefetch", "must be None or an int ≥ 0", value)
+    return value
+
+
 @attrs.frozen(kw_only=True)
 class ClientConfig(Config):
     """The configuration a client run reads: a :class:`Config` with its ``id`` resolved
@@ -654,6 +660,9 @@ class ClientConfig(Config):
     #: River's TestOnly switch: each maintenance service waits a random 0–1 s before it
     #: starts unless this is False.
     maintenance_stagger: bool = attrs.field(default=True, validator=_maintenance_stagger)
+    #: Rows each producer claims ahead after a claim that meets a backlog, instead of the
+    #: number measured from the jobs' pace (``None``); tests use it to hold claimed rows.
+    fixed_prefetch: int | None = attrs.field(default=None, converter=_fixed_prefetch)
 
 
 def client_config(config: Config | None, options: Mapping[str, Any]) -> ClientConfig:

@@ -140,7 +140,8 @@ def _existing(url: str) -> bool:
         return True
     from .drivers.sqlite import path_from_url
 
-    return os.path.exists(path_from_url(url))
+    path = path_from_url(url)
+    return path != ":memory:" and os.path.exists(path)
 
 
 def run_demo(

@@ -8,6 +8,7 @@ Every error the library raises on purpose derives from :class:`RiverError`::
     ├── ValidationError (also ValueError)     bad input to an insert or another call
     ├── NotFoundError                         the row asked for does not exist
     ├── JobRunningError                       the job is running (River's ErrJobRunning)
+    ├── JobWaitTimeoutError (also TimeoutError) ``jobs.wait`` timed out before the job finished
     ├── ResumableStepError (also RuntimeError) resumable steps misused (river_anyio._resumable)
     ├── MigrationError                        a migration cannot run or the schema is not current
     ├── ClientCrashedError                    a running client's internal service failed
@@ -25,6 +26,11 @@ whether retrying with back-off is likely to help.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ._job import JobRow
 
 
 class RiverError(Exception):
@@ -69,6 +75,21 @@ class NotFoundError(RiverError):
 class JobRunningError(RiverError):
     """The operation is refused because the job is running (River's ``ErrJobRunning``): a
     running job cannot be deleted."""
+
+
+class JobWaitTimeoutError(RiverError, TimeoutError):
+    """``client.jobs.wait`` gave up: the job was not finalized within ``timeout`` seconds.
+
+    Also a :class:`TimeoutError`. ``job`` is the row as last read (None if it was never
+    read), so the caller sees how far the job got.
+    """
+
+    def __init__(self, job_id: int, timeout: float, job: JobRow | None = None) -> None:
+        self.job_id = job_id
+        self.timeout = timeout
+        self.job = job
+        seen = f" (last seen {job.state})" if job is not None else ""
+        super().__init__(f"job {job_id} was not finalized within {timeout:g}s{seen}")
 
 
 class MigrationError(RiverError):

@@ -28,6 +28,8 @@ SUBSCRIPTION_BUFFER = 1000
 
 class EventKind(enum.StrEnum):
     JOB_COMPLETED = "job_completed"
+    #: An attempt failed (an error, a timeout, ``discard()``): the job retries, or it is
+    #: discarded, in which case ``job_discarded`` follows.
     JOB_FAILED = "job_failed"
     JOB_CANCELLED = "job_cancelled"
     JOB_SNOOZED = "job_snoozed"
@@ -53,6 +55,19 @@ class EventKind(enum.StrEnum):
     #: A maintenance service's run failed; it runs again at its next interval
     #: (``details["service"]`` names it; ``error`` says what went wrong).
     MAINTENANCE_FAILED = "maintenance_failed"
+    #: A job reached ``discarded``: the dead letter an app pages on. Sent by the client that
+    #: discarded it, after the write, with the row as written; ``details["cause"]`` is
+    #: ``"attempts_exhausted"`` (its last attempt failed), ``"discard"`` (the worker returned
+    #: ``discard()``), ``"unknown_kind"`` (no worker for its kind, last attempt), ``"rescuer"``
+    #: (the leader's rescuer found it stuck on its last attempt, or of a kind it does not
+    #: know) or ``"unique_conflict"`` (the leader's scheduler found its unique key taken).
+    JOB_DISCARDED = "job_discarded"
+    #: The leader's rescuer found the job stuck in ``running`` and moved it on (sent by the
+    #: leader, with the row as written): ``details["outcome"]`` is ``"retried"``,
+    #: ``"discarded"`` (``job_discarded`` follows) or ``"cancelled"`` (its cancellation had
+    #: been asked for); ``details["rescue_count"]`` is how many times it has been rescued,
+    #: River's ``river:rescue_count`` metadata key.
+    JOB_RESCUED = "job_rescued"
 
 
 @attrs.frozen(kw_only=True)

@@ -95,6 +95,12 @@ class JobRow:
     unique_key: bytes | None
     unique_states: frozenset[JobState] | None
 
+    @property
+    def output(self) -> Any:
+        """The output the worker recorded (``ctx.record_output``, River's ``RecordOutput``),
+        decoded from the ``output`` metadata key; None when none was recorded."""
+        return self.metadata.get("output") if isinstance(self.metadata, Mapping) else None
+
 
 @attrs.frozen(kw_only=True)
 class InsertResult:

@@ -13,14 +13,23 @@ import binascii
 import builtins
 import datetime as dt
 import json
+import logging
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
+import anyio
 import attrs
 
 from ._api_common import ClientAPI, validate_limit
-from ._errors import JobRunningError, NotFoundError, ValidationError
-from ._job import JobRow, JobState
+from ._errors import (
+    DatabaseError,
+    JobRunningError,
+    JobWaitTimeoutError,
+    NotFoundError,
+    ValidationError,
+)
+from ._job import FINALIZED_STATES, JobRow, JobState
 from ._timeutil import format_rfc3339nano, parse_rfc3339, utc_now
 from .drivers import JobListQuery
 
@@ -32,6 +41,11 @@ __all__ = [
     "encode_output",
     "metadata_updates",
 ]
+
+logger = logging.getLogger("river_anyio.client")
+
+#: ``jobs.wait`` reads the row again after this, doubling up to its ``poll_interval``.
+WAIT_FIRST_POLL: Final = 0.05
 
 #: River's limit on a job's recorded output (32 MiB of encoded JSON).
 MAX_OUTPUT_BYTES: Final = 32 * 1024 * 1024
@@ -307,6 +321,62 @@ class JobsAPI(ClientAPI):
     async def _get(self, tx: object | None, job_id: int) -> JobRow:
         return _found(await self._ex(tx).job_get_by_id(_job_id(job_id)), job_id)
 
+    # wait
+
+    async def wait(
+        self,
+        job_id: int,
+        *,
+        timeout: float | dt.timedelta | None = None,  # noqa: ASYNC109 (raises its own error)
+        poll_interval: float | dt.timedelta = 1.0,
+    ) -> JobRow:
+        """Wait until the job is finalized (``completed``, ``cancelled`` or ``discarded``) and
+        return its row; what the worker recorded with ``ctx.record_output`` is ``row.output``.
+
+        Works on any client, one that works no queues included. The row is read at once,
+        then again after 50 ms, doubling up to ``poll_interval`` seconds between reads; when
+        this client finalizes the job itself (its completer, its rescuer, its
+        :meth:`cancel`) the wait is woken at once. A job retried meanwhile is waited for
+        through its retries. Transient database failures are logged and the wait goes on.
+
+        Raises :class:`JobWaitTimeoutError` (also a :class:`TimeoutError`) when the job is
+        not finalized within ``timeout`` seconds (None: no limit), :class:`NotFoundError`
+        when the job does not exist or is deleted while waited for.
+        """
+        job_id = _job_id(job_id)
+        limit = _seconds(timeout, "timeout", allow_none=True)
+        cap = _seconds(poll_interval, "poll_interval")
+        assert cap is not None
+        ex = self._client.driver.executor()
+        last: JobRow | None = None
+        delay = min(WAIT_FIRST_POLL, cap)
+        with anyio.move_on_after(limit), self._client._job_waiters.watch(job_id) as woken:
+            while True:
+                try:
+                    last = _found(await ex.job_get_by_id(job_id), job_id)
+                except DatabaseError as exc:
+                    if not exc.transient:
+                        raise
+                    logger.warning(
+                        "waiting for job %d: reading it failed (reading again in %.2gs): %s",
+                        job_id,
+                        delay,
+                        exc,
+                        extra={
+                            "river_event": "job_wait_failed",
+                            "river_client_id": self._client.id,
+                            "river_job_id": job_id,
+                        },
+                    )
+                else:
+                    if last.state in FINALIZED_STATES:
+                        return last
+                with anyio.move_on_after(delay):
+                    await woken.wait()
+                delay = min(delay * 2, cap)
+        assert limit is not None
+        raise JobWaitTimeoutError(job_id, limit, last)
+
     # list
 
     async def list(
@@ -368,6 +438,8 @@ class JobsAPI(ClientAPI):
         in whichever language) runs it, is cancelled through River's control notification;
         a finalized one is returned unchanged. :class:`NotFoundError` when there is none."""
         job = await self._cancel(None, job_id)
+        if job.state == JobState.CANCELLED and self._client._job_waiters:
+            self._client._job_waiters.wake((job.id,))
         self._client._control_local(
             job.queue, {"action": "cancel", "job_id": job.id, "queue": job.queue}
         )
@@ -518,6 +590,23 @@ class JobsAPI(ClientAPI):
         else:
             job = await ex.job_update_metadata(job_id, encoded)
         return _found(job, job_id)
+
+
+def _seconds(value: object, field: str, *, allow_none: bool = False) -> float | None:
+    """A positive, finite duration in seconds (a number or a timedelta)."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, dt.timedelta):
+        value = value.total_seconds()
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        rule = "must be a positive number of seconds or a timedelta"
+        raise ValidationError(field, rule + (" (or None)" if allow_none else ""), value)
+    return float(value)
 
 
 def _found(job: JobRow | None, job_id: int) -> JobRow:

@@ -29,6 +29,7 @@ from ._insert import class_kind
 from ._job import JobRow, JobState
 from ._jobs_api import encode_output
 from ._resumable import ResumableState
+from ._retry import RetryPolicy
 from ._timeutil import utc_now
 from .drivers import JobCompletion
 
@@ -333,6 +334,8 @@ class Registration:
     worker: object | None
     run_in: RunIn
     timeout: float | _Unset | None
+    #: the kind's own retry policy (None: the client's)
+    retry_policy: RetryPolicy | None = None
 
     def job_timeout(self, job: Job[Any]) -> float | _Unset | None:
         """The worker's own timeout for this job: seconds, None for none, UNSET to inherit."""
@@ -381,8 +384,15 @@ class Workers:
         *,
         run_in: RunIn = "loop",
         timeout: float | dt.timedelta | None = UNSET,
+        retry_policy: RetryPolicy | None = None,
     ) -> None:
-        """Register the worker for ``args_cls``'s kind. A kind may be registered once."""
+        """Register the worker for ``args_cls``'s kind. A kind may be registered once.
+
+        ``timeout`` overrides the client's ``job_timeout`` for this kind (None: no timeout).
+        ``retry_policy`` (an object with ``next_retry(job_row, now) -> datetime``) overrides
+        the client's ``retry_policy`` for this kind, on the attempts this client works and on
+        the ones its rescuer retries; a worker's own ``next_retry(job)`` still comes first.
+        """
         if not isinstance(args_cls, type) or not attrs.has(args_cls):
             raise ConfigError("workers", f"{args_cls!r} is not an attrs class (job args class)")
         kind = getattr(args_cls, "kind", None)
@@ -398,6 +408,12 @@ class Workers:
             raise ConfigError("workers", f"worker for kind {kind!r} is already registered", kind)
         if run_in not in ("loop", "thread", "process"):
             raise ConfigError("run_in", "must be 'loop', 'thread' or 'process'", run_in)
+        if retry_policy is not None and not callable(getattr(retry_policy, "next_retry", None)):
+            raise ConfigError(
+                f"workers[{kind}].retry_policy",
+                "must be an object with a next_retry(job, now) method",
+                retry_policy,
+            )
         worker: object | None = None
         if callable(work) and not hasattr(work, "work"):
             fn = work
@@ -433,15 +449,21 @@ class Workers:
             worker=worker,
             run_in=run_in,
             timeout=_check_timeout(timeout, f"workers[{kind}].timeout"),
+            retry_policy=retry_policy,
         )
 
     def register(
-        self, args_cls: type, *, run_in: RunIn = "loop", timeout: float | None = UNSET
+        self,
+        args_cls: type,
+        *,
+        run_in: RunIn = "loop",
+        timeout: float | None = UNSET,
+        retry_policy: RetryPolicy | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator form of :meth:`add`."""
 
         def deco(fn: Callable[..., Any]) -> Callable[..., Any]:
-            self.add(args_cls, fn, run_in=run_in, timeout=timeout)
+            self.add(args_cls, fn, run_in=run_in, timeout=timeout, retry_policy=retry_policy)
             return fn
 
         return deco

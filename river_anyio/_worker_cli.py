@@ -194,17 +194,20 @@ class DatabaseSource:
     source: str
 
 
-def database_from(flag: str | None, environ: Mapping[str, str]) -> DatabaseSource | None:
-    """The database in River's CLI order: ``--database-url``, then ``RIVER_DATABASE_URL``,
-    then ``DATABASE_URL``, then libpq's ``PG*`` variables (when ``PGDATABASE`` is set, as
-    River's CLI requires); ``None`` when there is none."""
+#: The variables the worker reads a database URL from, in order, after ``--database-url``.
+URL_VARIABLES = ("RIVER_DATABASE_URL", "DATABASE_URL")
+
+
+def database_from(
+    flag: str | None, environ: Mapping[str, str], *, variables: tuple[str, ...] = URL_VARIABLES
+) -> DatabaseSource | None:
+    """The database in River's CLI order: ``--database-url``, then the URL ``variables``
+    (the worker's: ``RIVER_DATABASE_URL``, ``DATABASE_URL``; none for River's verbs), then
+    libpq's ``PG*`` variables (when ``PGDATABASE`` is set, as River's CLI requires); ``None``
+    when there is none. Every verb of the command line finds its database here."""
     from .drivers import redact_url
 
-    for source, value in (
-        ("--database-url", flag),
-        ("RIVER_DATABASE_URL", environ.get("RIVER_DATABASE_URL")),
-        ("DATABASE_URL", environ.get("DATABASE_URL")),
-    ):
+    for source, value in (("--database-url", flag), *((v, environ.get(v)) for v in variables)):
         if value:
             return DatabaseSource(url=value, display=redact_url(value), source=source)
     if environ.get("PGDATABASE"):
@@ -385,7 +388,11 @@ class _Stopper:
         name = signal.Signals(signum).name
         self.received += 1
         if self.run is None:
-            logger.info("%s received before the client started: not starting", name)
+            logger.info(
+                "%s received before the client started: not starting",
+                name,
+                extra=self._extra(name, "abort_start"),
+            )
             self.abort.cancel(f"{name} before the client started")
         elif self.received == 1:
             logger.info(
@@ -393,33 +400,38 @@ class _Stopper:
                 "again cancels them)",
                 name,
                 "as long as they take" if self.timeout is None else f"{self.timeout:g}s",
+                extra=self._extra(name, "stop"),
             )
             self.run.stop(self.timeout)
         elif self.received == 2:
-            logger.info("%s received again: cancelling running jobs", name)
+            logger.info(
+                "%s received again: cancelling running jobs",
+                name,
+                extra=self._extra(name, "stop_and_cancel"),
+            )
             self.run.stop_and_cancel()
         else:
-            logger.info("%s received: already cancelling running jobs", name)
+            logger.info(
+                "%s received: already cancelling running jobs",
+                name,
+                extra=self._extra(name, "none"),
+            )
+
+    def _extra(self, signal_name: str, action: str) -> dict[str, object]:
+        """A signal's record: ``river_event`` "worker_signal", the signal and what it did."""
+        from ._logging import client_extra
+
+        client_id = self.run.client.id if self.run is not None else None
+        return {
+            **client_extra("worker_signal", client_id),
+            "river_signal": signal_name,
+            "river_action": action,
+        }
 
 
 async def _watch_signals(signals: AsyncIterator[int], stopper: _Stopper) -> None:
     async for signum in signals:
         stopper.signal(signum)
-
-
-async def _migrate(database: DatabaseSource, config: Config) -> None:
-    from .drivers import open_driver
-    from .migrate import Migrator
-
-    async with open_driver(database.url, schema=config.schema, **config.driver_options) as driver:
-        result = await Migrator(driver).up()
-    if result.versions:
-        logger.info(
-            "applied %d migrations (through %03d) to %s",
-            len(result.versions),
-            result.versions[-1].version,
-            database.display,
-        )
 
 
 async def serve(
@@ -433,7 +445,7 @@ async def serve(
             stopper = _Stopper(abort=tg.cancel_scope, timeout=config.soft_stop_timeout)
             tg.start_soon(_watch_signals, signals, stopper, name="river worker signals")
             if auto_migrate:
-                await _migrate(database, config)
+                config = attrs.evolve(config, auto_migrate=True)
             async with open_client(database.url, config) as run:
                 stopper.run = run
                 print(start_line(run, database, loop), file=out, flush=True)

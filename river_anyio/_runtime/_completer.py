@@ -38,8 +38,9 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .._errors import DatabaseError
 from .._events import Event, EventHub, EventKind, JobTimings
-from .._job import JobRow, JobState
+from .._job import FINALIZED_STATES, JobRow, JobState
 from .._logging import client_extra, job_extra, jobs_extra
+from .._wait import JobWaiters
 from ..drivers import CompletionResult, Driver, JobCompletion
 from ._util import Wakeup
 
@@ -88,6 +89,8 @@ class Finished:
     #: the worker completed the job in its own transaction (``ctx.complete_tx``): the row
     #: not being running any more is expected, not a race
     completed_tx: bool = False
+    #: why a ``discarded`` completion discards (``job_discarded``'s ``cause``)
+    discard_cause: str | None = None
 
     @property
     def completion(self) -> JobCompletion:
@@ -129,8 +132,11 @@ class Completer:
         pauses: tuple[float, ...] = PAUSES,
         final_flush_timeout: float = 60.0,
         on_dropped: Callable[[list[Finished]], None] | None = None,
+        waiters: JobWaiters | None = None,
     ) -> None:
         self._driver = driver
+        #: ``client.jobs.wait`` calls on this client, woken when their job is finalized here
+        self._waiters = waiters if waiters is not None else JobWaiters()
         self._client_id = client_id
         self._events = events
         self._tries = tries
@@ -370,6 +376,8 @@ class Completer:
             else []
         )
         self._races += len(races)
+        if self._waiters:  # someone awaits a job of this client (else: one check per batch)
+            self._waiters.wake(f.id for f in batch if f.state in FINALIZED_STATES)
         for f in races:
             logger.warning(
                 "completer: job %d was no longer running for attempt %d of this client; "
@@ -393,16 +401,22 @@ class Completer:
                 kind = EventKind.JOB_RACE
             elif r.job.state == JobState.CANCELLED:
                 kind = EventKind.JOB_CANCELLED
-            self._events.publish(
-                Event(
-                    kind=kind,
-                    job=r.job,
-                    queue=r.job.queue,
-                    error=f.message,
-                    timings=JobTimings(
-                        queue_wait=f.queue_wait,
-                        run=f.run_time,
-                        completion=dt.timedelta(seconds=now - f.finished_at),
-                    ),
-                )
+            timings = JobTimings(
+                queue_wait=f.queue_wait,
+                run=f.run_time,
+                completion=dt.timedelta(seconds=now - f.finished_at),
             )
+            self._events.publish(
+                Event(kind=kind, job=r.job, queue=r.job.queue, error=f.message, timings=timings)
+            )
+            if r.applied and r.job.state == JobState.DISCARDED:
+                self._events.publish(
+                    Event(
+                        kind=EventKind.JOB_DISCARDED,
+                        job=r.job,
+                        queue=r.job.queue,
+                        error=f.message,
+                        timings=timings,
+                        details={"cause": f.discard_cause or "attempts_exhausted"},
+                    )
+                )

@@ -153,7 +153,8 @@ async def _ensure_schema(driver: Driver, config: Config, url: str | None) -> Non
     """With ``auto_migrate``, line main migrated up (under the migrator's lock, so clients
     starting together migrate once); then one clear error unless the schema is current."""
     if config.auto_migrate:
-        await Migrator(driver).up()
+        await Migrator(driver).up()  # line main is current once it returns
+        return
     await require_schema(driver, database_url=url)
 
 

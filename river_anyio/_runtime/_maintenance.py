@@ -31,6 +31,7 @@ from .._events import Event, EventHub, EventKind
 from .._job import JobRow, JobState
 from .._retry import DefaultRetryPolicy
 from .._timeutil import format_rfc3339nano, parse_rfc3339
+from .._wait import JobWaiters
 from .._work import Job, Registration, _Unset
 from ..drivers import Driver, Executor, JobRescue
 
@@ -59,6 +60,13 @@ STAGGER = 1.0
 #: The scheduler notifies queues of jobs due within this (River: 5 ms).
 NOTIFY_HORIZON = dt.timedelta(milliseconds=5)
 RESCUE_ERROR = "Stuck job rescued by JobRescuer"
+#: River's metadata key counting a job's rescues (its rescue statement increments it).
+RESCUE_COUNT_KEY = "river:rescue_count"
+_RESCUE_OUTCOMES = {
+    JobState.RETRYABLE: "retried",
+    JobState.DISCARDED: "discarded",
+    JobState.CANCELLED: "cancelled",
+}
 #: How long the reindexer may spend dropping a rebuild's leftovers once interrupted.
 REINDEX_CLEANUP_TIMEOUT = 15.0
 
@@ -212,6 +220,17 @@ class JobScheduler(MaintenanceService):
             n = len(moved)
             if queues:
                 self._after_commit(queues)
+            if self._events.active:
+                for r in moved:
+                    if r.conflict_discarded:
+                        self._events.publish(
+                            Event(
+                                kind=EventKind.JOB_DISCARDED,
+                                job=r.job,
+                                queue=r.job.queue,
+                                details={"cause": "unique_conflict"},
+                            )
+                        )
             self.scheduled += n
             if n:
                 self.logger.info("scheduler: %d jobs made available", n)
@@ -228,9 +247,11 @@ class JobRescuer(MaintenanceService):
     name = "rescuer"
     logger = logging.getLogger("river_anyio.maintenance.rescuer")
 
-    def __init__(self, **kw: Any) -> None:
+    def __init__(self, *, waiters: JobWaiters | None = None, **kw: Any) -> None:
         super().__init__(**kw)
         self.rescued = 0
+        #: the client's ``jobs.wait`` calls, woken for the jobs this finalizes
+        self._waiters = waiters
 
     async def run_once(self) -> None:
         ex = self._driver.executor()
@@ -245,13 +266,46 @@ class JobRescuer(MaintenanceService):
             now = self._clock.now()
             rescues = [r for r in (self._decide(job, now) for job in stuck) if r is not None]
             if rescues:
+                rows: list[JobRow] | None = None
                 with self._batch_query(QUERY_TIMEOUT):
-                    await ex.job_rescue_many(rescues, stuck_horizon=horizon)
+                    if self._events.active:  # the rows as written, only for events
+                        rows = await ex.job_rescue_many_returning(rescues, stuck_horizon=horizon)
+                    else:
+                        await ex.job_rescue_many(rescues, stuck_horizon=horizon)
                 self.rescued += len(rescues)
                 self.logger.info("rescuer: %d stuck jobs rescued", len(rescues))
+                if self._waiters:
+                    self._waiters.wake(r.id for r in rescues if r.finalized_at is not None)
+                if rows:
+                    self._report(rows)
             if len(stuck) < size:
                 return
             await self._pause_between_batches()
+
+    def _report(self, rows: list[JobRow]) -> None:
+        """``job_rescued`` for each rescued row (and ``job_discarded`` for a discarded one)."""
+        for row in sorted(rows, key=lambda r: r.id):
+            count = row.metadata.get(RESCUE_COUNT_KEY) if isinstance(row.metadata, Mapping) else 0
+            outcome = _RESCUE_OUTCOMES.get(row.state, str(row.state))
+            self._events.publish(
+                Event(
+                    kind=EventKind.JOB_RESCUED,
+                    job=row,
+                    queue=row.queue,
+                    error=RESCUE_ERROR,
+                    details={"rescue_count": count, "outcome": outcome},
+                )
+            )
+            if row.state == JobState.DISCARDED:
+                self._events.publish(
+                    Event(
+                        kind=EventKind.JOB_DISCARDED,
+                        job=row,
+                        queue=row.queue,
+                        error=RESCUE_ERROR,
+                        details={"cause": "rescuer"},
+                    )
+                )
 
     def _decide(self, job: JobRow, now: dt.datetime) -> JobRescue | None:
         error = json.dumps(
@@ -319,8 +373,9 @@ class JobRescuer(MaintenanceService):
             except Exception:
                 self.logger.exception("rescuer: next_retry of %s raised", job.kind)
         if nxt is None:
+            policy = reg.retry_policy if reg.retry_policy is not None else self._config.retry_policy
             try:
-                nxt = self._config.retry_policy.next_retry(job, now)
+                nxt = policy.next_retry(job, now)
             except Exception:
                 self.logger.exception("rescuer: retry policy raised; using River's default")
         if nxt is None or nxt.tzinfo is None:

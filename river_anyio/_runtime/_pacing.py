@@ -51,8 +51,12 @@ class FetchPacer:
         poll_interval: float,
         clock: Callable[[], float],
         jitter: Callable[[float, float], float] = random.uniform,
+        fixed_prefetch: int | None = None,
     ) -> None:
         self.max_workers = max_workers
+        #: rows claimed ahead after every claim that meets a backlog, instead of the measured
+        #: number (tests use it to hold rows in the ready queue)
+        self._fixed_prefetch = fixed_prefetch
         self.poll_interval = poll_interval
         #: the share of free slots worth a claim of its own
         self.refill_at = max(1, min(25, math.ceil(max_workers / 2)))
@@ -149,7 +153,12 @@ class FetchPacer:
         now = self._clock()
         previous, self._last_claim = self._last_claim, (now, finished)
         self.prefetch = 0
-        if not backlog or previous is None:
+        if not backlog:
+            return
+        if self._fixed_prefetch is not None:
+            self.prefetch = self._fixed_prefetch
+            return
+        if previous is None:
             return
         elapsed = now - previous[0]
         if elapsed <= 0:

@@ -80,6 +80,7 @@ class Producer:
             cooldown=config.queue_cooldown(queue),
             poll_interval=config.queue_poll_interval(queue),
             clock=anyio.current_time,
+            fixed_prefetch=config.fixed_prefetch,
         )
         self._pool = WorkerPool(
             runner=runner,
@@ -102,6 +103,7 @@ class Producer:
         self._backoff = Backoff()
         self._lost_claims = LostClaims(driver, queue=queue, client_id=config.id)
         self.fetches = 0
+        self.fetch_turns = 0
 
     # --- controls (called by the supervisor and the notifier) ---------------------------------
 
@@ -221,6 +223,12 @@ class Producer:
 
     async def _fetch_once(self) -> float:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
+        try:
+            return await self._fetch_turn()
+        finally:
+            self.fetch_turns += 1
+
+    async def _fetch_turn(self) -> float:
         lost = self._lost_claims
         if lost.pending_since is not None and not await lost.recover(self._pool.job_ids()):
             return self._backoff.next_delay()  # a failed claim is not recovered yet

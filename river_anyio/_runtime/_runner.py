@@ -64,6 +64,8 @@ __all__ = ["JobRunner", "UnknownJobKindError"]
 logger = logging.getLogger("river_anyio.executor")  # the name users filter on
 
 MAX_ERROR_TEXT = 32_768
+#: How long a result still waits for a backed-up completer once its attempt is cancelled.
+HAND_OFF_GRACE = 10.0
 _default_policy = DefaultRetryPolicy()
 
 
@@ -277,10 +279,27 @@ class JobRunner:
         return True
 
     async def _hand_off(self, finished: Finished) -> None:
-        """Give a result to the completer; only waits (shielded) when it is backed up."""
-        if not self._offer(finished):
-            with anyio.CancelScope(shield=True):
+        """Give a result to the completer; only waits when it is backed up (the database is
+        slow or away). While the run goes on that wait lasts as long as it takes: workers
+        wait for capacity. Once the attempt's scope is cancelled (a stop, escalated or
+        not), the result still waits, shielded, for at most ``HAND_OFF_GRACE``; after that
+        the job is left ``running`` for the rescuer, and the stop goes on."""
+        if self._offer(finished):
+            return
+        try:
+            await self._send.send(finished)
+        except anyio.get_cancelled_exc_class():
+            with anyio.move_on_after(HAND_OFF_GRACE, shield=True) as grace:
                 await self._send.send(finished)
+            if grace.cancelled_caught:
+                logger.error(
+                    "job %d: the completer stayed backed up for %.0fs while stopping; "
+                    "the job is left running for the rescuer",
+                    finished.id,
+                    HAND_OFF_GRACE,
+                    extra=job_extra("completer_hand_off_timeout", finished.row, self._config.id),
+                )
+            raise
 
     async def _invoke(self, reg: Registration, ctx: WorkContext, job: Job[Any]) -> Any:
         async def innermost(ctx: WorkContext, job: Job[Any]) -> Any:
@@ -415,10 +434,12 @@ class JobRunner:
                 started,
                 time.monotonic(),
                 False,
+                None,
             )
         meta: dict[str, Any] = {}
         error_text: str | None = None
         kind = EventKind.JOB_COMPLETED
+        discard_cause: str | None = None
         params: dict[str, Any] = {"id": row.id, "attempt": row.attempt}
 
         def err_elem(exc: BaseException | str, trace: bool = False) -> bytes:
@@ -465,6 +486,7 @@ class JobRunner:
             )
         elif isinstance(result, DiscardOutcome):
             kind = EventKind.JOB_FAILED
+            discard_cause = "discard"
             params.update(
                 state=JobState.DISCARDED,
                 finalized_at=now,
@@ -477,6 +499,11 @@ class JobRunner:
             elem = err_elem(result.exc, result.trace)
             if row.attempt >= row.max_attempts:
                 params.update(state=JobState.DISCARDED, finalized_at=now, error=elem)
+                discard_cause = (
+                    "unknown_kind"
+                    if isinstance(result.exc, UnknownJobKindError)
+                    else "attempts_exhausted"
+                )
             else:
                 nxt = self._next_retry(row, reg, job, now)
                 params.update(
@@ -525,6 +552,7 @@ class JobRunner:
             start=start,
             started=started,
             completed_tx=ctx is not None and ctx._completed_tx,
+            discard_cause=discard_cause,
         )
 
     def _next_retry(
@@ -541,8 +569,11 @@ class JobRunner:
                     extra=job_extra("next_retry_failed", row, self._config.id),
                 )
         if nxt is None:
+            policy = self._config.retry_policy
+            if reg is not None and reg.retry_policy is not None:
+                policy = reg.retry_policy  # the kind's own (Workers.add(retry_policy=...))
             try:
-                nxt = self._config.retry_policy.next_retry(row, now)
+                nxt = policy.next_retry(row, now)
             except Exception:
                 logger.exception(
                     "retry policy raised; using River's default",

@@ -76,7 +76,11 @@ logger = logging.getLogger("river_anyio.client")
 class QueueDiagnostics:
     active_jobs: int
     paused: bool
+    #: claims sent to the database
     fetches: int
+    #: turns of the fetch loop that have ended, whether they claimed or not (a paused
+    #: queue's turns send nothing): a turn that ends after another began after it ended
+    fetch_turns: int = 0
 
 
 @attrs.frozen(kw_only=True)
@@ -218,6 +222,7 @@ class ClientRun:
                     active_jobs=q.producer.active_jobs,
                     paused=q.producer.paused,
                     fetches=q.producer.fetches,
+                    fetch_turns=q.producer.fetch_turns,
                 )
                 for name, q in self._queues.items()
             },
@@ -434,7 +439,13 @@ class ClientRun:
             timings["pauses"] = config.completer_pauses
         if config.completer_try_timeout is not None:
             timings["try_timeout"] = config.completer_try_timeout
-        completer = Completer(driver, client_id=config.id, events=self._events, **timings)
+        completer = Completer(
+            driver,
+            client_id=config.id,
+            events=self._events,
+            waiters=self.client._job_waiters,
+            **timings,
+        )
         self._completer = completer
         thread_limiter = anyio.CapacityLimiter(config.thread_workers)
         process_runner = None
@@ -531,7 +542,7 @@ def leader_services(run: ClientRun, driver: Driver, clock: Clock) -> list[Leader
     }
     services: list[LeaderService] = [
         JobCleaner(interval=m.job_cleaner_interval, **common),
-        JobRescuer(interval=m.rescuer_interval, **common),
+        JobRescuer(interval=m.rescuer_interval, waiters=run.client._job_waiters, **common),
         JobScheduler(
             interval=m.scheduler_interval,
             notify_insert=run.client._notify_queues,

@@ -31,7 +31,12 @@ from .._errors import (
 )
 from .._sqlalchemy import sync_dbapi_connection
 from ..drivers.sqlite import SQLiteExecutor
-from ..drivers.sqlite._connection import MIN_SQLITE_VERSION, quote_ident, rollback_quietly
+from ..drivers.sqlite._connection import (
+    MIN_SQLITE_VERSION,
+    TransactionLostError,
+    quote_ident,
+    rollback_quietly,
+)
 from ..drivers.sqlite._errors import translate
 from ..drivers.sqlite._queries import Queries
 
@@ -198,7 +203,7 @@ class _PoolRunner:
 
 class _Session:
     """The executor's session inside a transaction: each call runs at once on ``conn``,
-    after ``begin`` (once, when given and no transaction is open)."""
+    after ``begin`` (once, when given and no transaction is open; ``begun`` then)."""
 
     __slots__ = ("begin", "begun", "conn", "notified", "translate_error")
 
@@ -217,7 +222,13 @@ class _Session:
 
     async def run(self, fn: Callable[..., T]) -> T:
         try:
-            if self.begin is not None and not self.conn.in_transaction:
+            if self.begun:
+                if not self.conn.in_transaction:
+                    raise TransactionLostError(
+                        "sqlite: the transaction is no longer open (SQLite rolled it back "
+                        "after an interrupted or failed statement); nothing of it was committed"
+                    )
+            elif self.begin is not None and not self.conn.in_transaction:
                 self.begin()
                 self.begun = True
             return fn(self.conn)

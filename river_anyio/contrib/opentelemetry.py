@@ -18,6 +18,19 @@ attempt; a worker's own spans are its children. Metrics: ``river.insert_count``,
 dashboards built for River's Go clients work unchanged. ``semantic_metrics`` adds the
 OpenTelemetry messaging metrics; ``trace_propagation`` carries the inserting span's W3C trace
 context in the job's metadata (``traceparent``/``tracestate``) and links the work span to it.
+
+Dead letters and rescues are known only once written, so they are counted by a small service
+reading the client's events rather than by the middleware::
+
+    from river_anyio.contrib.opentelemetry import OpenTelemetryEventMetrics
+
+    async with anyio.create_task_group() as tg:
+        async with river_anyio.open_client(url, ...) as run:
+            await tg.start(OpenTelemetryEventMetrics(run).run)
+
+It adds ``river.job_discarded_count`` (attributes ``queue``, ``kind``, ``cause``) and
+``river.job_rescued_count`` (``queue``, ``kind``, ``outcome``); see ``job_discarded`` and
+``job_rescued`` in :class:`~river_anyio.EventKind`.
 """
 
 from __future__ import annotations
@@ -26,12 +39,14 @@ import datetime as dt
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
+import anyio.abc
 import attrs
 
 from .._errors import ConfigError
+from .._events import Event, EventKind, Subscription
 from .._version import __version__
 from .._work import CancelOutcome, Job, Outcome, SnoozeOutcome, WorkContext
 from ..drivers import JobInsertParams
@@ -46,7 +61,10 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
         "pip install 'river_anyio[opentelemetry]'"
     ) from exc
 
-__all__ = ("INSTRUMENTATION_NAME", "OpenTelemetryMiddleware")
+if TYPE_CHECKING:
+    from .._runtime._supervisor import ClientRun
+
+__all__ = ("INSTRUMENTATION_NAME", "OpenTelemetryEventMetrics", "OpenTelemetryMiddleware")
 
 #: The instrumentation scope of the tracer and the meter.
 INSTRUMENTATION_NAME = "river_anyio.contrib.opentelemetry"
@@ -284,6 +302,71 @@ class OpenTelemetryMiddleware:
                     self._consumed.add(1, semantic)
                     self._operation_duration.record(duration, semantic)
                     self._process_duration.record(duration, semantic)
+
+
+class OpenTelemetryEventMetrics:
+    """Counters of the jobs a running client discarded and rescued, from its events.
+
+    Start it next to the client, in a task group that outlives it (``await
+    tg.start(OpenTelemetryEventMetrics(run).run)``); it returns once the client has stopped.
+    It subscribes only to ``job_discarded`` and ``job_rescued``.
+
+    Args:
+        run: The running client (what ``open_client`` yields).
+        meter_provider: Where metrics go; the global provider when ``None``.
+    """
+
+    def __init__(
+        self, run: ClientRun, *, meter_provider: metrics.MeterProvider | None = None
+    ) -> None:
+        self._run = run
+        self._started = False
+        mp = meter_provider if meter_provider is not None else metrics.get_meter_provider()
+        meter = mp.get_meter(INSTRUMENTATION_NAME, __version__)
+        self._discarded = meter.create_counter(
+            _PREFIX + "job_discarded_count",
+            unit="{job}",
+            description="Number of jobs discarded (dead letters), by queue, kind and cause",
+        )
+        self._rescued = meter.create_counter(
+            _PREFIX + "job_rescued_count",
+            unit="{job}",
+            description="Number of stuck jobs the rescuer moved on, by queue, kind and outcome",
+        )
+
+    async def run(
+        self, *, task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Count events until the client run stops (ready once subscribed)."""
+        if self._started:
+            raise RuntimeError("OpenTelemetryEventMetrics.run() can run only once")
+        self._started = True
+        with self._run.subscribe(EventKind.JOB_DISCARDED, EventKind.JOB_RESCUED) as sub:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._observe_all, sub, name="river opentelemetry events")
+                task_status.started()
+                await self._run.wait()
+                tg.cancel_scope.cancel("client run stopped")
+            while True:  # what arrived before the run ended
+                try:
+                    self._observe(sub.receive_nowait())
+                except (anyio.WouldBlock, anyio.EndOfStream, anyio.ClosedResourceError):
+                    break
+
+    async def _observe_all(self, sub: Subscription) -> None:
+        async for event in sub:
+            self._observe(event)
+
+    def _observe(self, event: Event) -> None:
+        job = event.job
+        if job is None:
+            return
+        attributes = {"queue": job.queue, "kind": job.kind}
+        if event.kind is EventKind.JOB_DISCARDED:
+            self._discarded.add(1, {**attributes, "cause": str(event.details.get("cause", ""))})
+        elif event.kind is EventKind.JOB_RESCUED:
+            outcome = str(event.details.get("outcome", ""))
+            self._rescued.add(1, {**attributes, "outcome": outcome})
 
 
 def _with_trace_context(params: JobInsertParams) -> JobInsertParams:

@@ -22,6 +22,11 @@ scraped. Metrics (with the default ``namespace="river"``):
 - ``river_job_duration_seconds{queue,kind,outcome}``: how long attempts ran, by outcome
   (``completed``, ``failed``, ``cancelled``, ``snoozed``, ``interrupted``);
 - ``river_job_queue_wait_seconds{queue,kind}``: from ``scheduled_at`` to the attempt's start;
+- ``river_jobs_discarded_total{queue,kind,cause}``: jobs this client discarded (the dead
+  letters: ``job_discarded`` events; ``cause`` as there: ``attempts_exhausted``,
+  ``discard``, ``unknown_kind``, ``rescuer``, ``unique_conflict``);
+- ``river_jobs_rescued_total{queue,kind,outcome}``: stuck jobs this client's rescuer moved
+  on while it led (``retried``, ``discarded``, ``cancelled``); sum it over your processes;
 - ``river_completer_written_total``, ``river_completer_requeued_total``,
   ``river_completer_dropped_total``, ``river_completer_races_total``, ``river_completer_pending``:
   the completer's statistics (requeued: put back after a transient database failure;
@@ -47,7 +52,7 @@ from .._events import Event, EventKind, Subscription
 from .._job import JobState
 
 try:
-    from prometheus_client import REGISTRY, CollectorRegistry, Histogram
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImportError(
@@ -83,6 +88,8 @@ _OUTCOMES = {
     EventKind.JOB_SNOOZED: "snoozed",
     EventKind.JOB_INTERRUPTED: "interrupted",
 }
+#: The events this collector subscribes to.
+_SUBSCRIBED = (*_OUTCOMES, EventKind.JOB_DISCARDED, EventKind.JOB_RESCUED)
 SAMPLE_TIMEOUT = 10.0
 
 
@@ -144,6 +151,20 @@ class PrometheusMetrics:
             buckets=buckets,
             registry=None,
         )
+        self._discarded = Counter(
+            "jobs_discarded",
+            "Jobs this client discarded (dead letters), by queue, kind and cause.",
+            ["queue", "kind", "cause"],
+            namespace=namespace,
+            registry=None,
+        )
+        self._rescued = Counter(
+            "jobs_rescued",
+            "Stuck jobs this client's rescuer moved on, by queue, kind and outcome.",
+            ["queue", "kind", "outcome"],
+            namespace=namespace,
+            registry=None,
+        )
         if registry is not None:
             registry.register(self)
 
@@ -154,7 +175,7 @@ class PrometheusMetrics:
         if self._started:
             raise RuntimeError("PrometheusMetrics.run() can run only once")
         self._started = True
-        with self._run.subscribe(*_OUTCOMES) as sub:
+        with self._run.subscribe(*_SUBSCRIBED) as sub:
             self._subscription = sub
             async with anyio.create_task_group() as tg:
                 await self.sample_queue_depth()
@@ -208,6 +229,15 @@ class PrometheusMetrics:
             self._observe(event)
 
     def _observe(self, event: Event) -> None:
+        job = event.job
+        if event.kind is EventKind.JOB_DISCARDED and job is not None:
+            cause = str(event.details.get("cause", ""))
+            self._discarded.labels(job.queue, job.kind, cause).inc()
+            return
+        if event.kind is EventKind.JOB_RESCUED and job is not None:
+            rescue = str(event.details.get("outcome", ""))
+            self._rescued.labels(job.queue, job.kind, rescue).inc()
+            return
         outcome = _OUTCOMES.get(event.kind)
         if outcome is None or event.job is None or event.timings is None:
             return
@@ -235,6 +265,8 @@ class PrometheusMetrics:
         yield depth
         yield from self._durations.collect()
         yield from self._waits.collect()
+        yield from self._discarded.collect()
+        yield from self._rescued.collect()
 
         diagnostics = self._run.diagnostics
         stats = diagnostics.completer

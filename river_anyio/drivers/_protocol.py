@@ -440,6 +440,13 @@ class Executor(Protocol):
         incremented. Returns the rows changed."""
         ...
 
+    async def job_rescue_many_returning(
+        self, rescues: Sequence[JobRescue], *, stuck_horizon: dt.datetime
+    ) -> list[JobRow]:
+        """:meth:`job_rescue_many`, returning the rows it changed as written (in no
+        particular order): what the rescuer reports in events when someone subscribes."""
+        ...
+
     async def job_delete_before(
         self,
         *,

@@ -484,6 +484,11 @@ async def require_schema(driver: Driver, *, database_url: str | None = None) -> 
         url = redact_url(database_url)
     else:
         url = "URL"
+    if path == ":memory:":  # it starts empty with every process: only the client can fix it
+        raise MigrationError(
+            "the in-memory database has no River schema: open the client with "
+            "auto_migrate=True (or run river_anyio.migrate.Migrator(driver).up() on it first)"
+        )
     command = f"river-anyio migrate-up --database-url {shlex.quote(url)}"
     if driver.schema:
         command += f" --schema {driver.schema}"

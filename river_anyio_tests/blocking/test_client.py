@@ -332,3 +332,58 @@ def test_threads_share_one_client(database_url: str) -> None:
         assert [d for _, d in results].count(False) == 1
         listed = c.jobs.list(limit=1000).jobs
         assert len(listed) == threads * (each + 3) + 1
+
+
+@attrs.define
+class Gate:
+    """Insert middleware that holds its transaction (and its pooled connection) open until
+    released."""
+
+    entered: threading.Event = attrs.field(factory=threading.Event)
+    release: threading.Event = attrs.field(factory=threading.Event)
+
+    async def insert(self, params: Sequence[Any], nxt: Any) -> Any:
+        if params[0].queue == "held":
+            self.entered.set()
+            assert self.release.wait(10)
+        return await nxt(params)
+
+
+def test_a_full_pool_times_out_clearly(database_url: str) -> None:
+    gate = Gate()
+    options = {"pool_max_size": 1, "acquire_timeout": 0.2}
+    with (
+        blocking.Client(database_url, middleware=[gate], driver_options=options) as c,
+        concurrent.futures.ThreadPoolExecutor(1) as pool,
+    ):
+        held = pool.submit(c.insert, Email(to="h"), river.InsertOpts(queue="held"))
+        assert gate.entered.wait(10)
+        with pytest.raises(river.PoolTimeoutError, match=r"within 0\.2s \(pool max size 1\)"):
+            c.insert(Email(to="x"))
+        gate.release.set()
+        assert held.result(10).job.queue == "held"
+        assert [j.queue for j in c.jobs.list().jobs] == ["held"]
+
+
+def test_a_custom_postgres_schema(pg_schema_url: str) -> None:
+    """River's tables in schema ``river_custom``: inserts land there, and the notification
+    goes to the schema's channel."""
+    import psycopg
+
+    listen = psycopg.connect(pg_schema_url, autocommit=True)
+    listen.execute('LISTEN "river_custom.river_insert"')
+    with blocking.Client(pg_schema_url, schema="river_custom") as c:
+        job = c.insert(Email(to="s")).job
+        with psycopg.connect(pg_schema_url) as conn:
+            tx_job = c.insert_tx(conn, Email(to="t"), river.InsertOpts(queue="tx")).job
+        assert {j.id for j in c.jobs.list().jobs} == {job.id, tx_job.id}
+        with psycopg.connect(pg_schema_url) as other:
+            count = other.execute("SELECT count(*) FROM river_custom.river_job").fetchone()
+        assert count == (2,)
+    queues = []
+    for n in listen.notifies(timeout=10):
+        queues.append(n.payload)
+        if len(queues) == 2:
+            break
+    listen.close()
+    assert queues == ['{"queue": "default"}', '{"queue": "tx"}']

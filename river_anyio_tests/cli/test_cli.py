@@ -101,7 +101,6 @@ def test_migrate_get_needs_no_database() -> None:
         (["bench", "--schema", "x", "-n", "1", "--database-url", "mysql://x/y"], 1, "libpq"),
         (["migrate-up", "--database-url", "mysql://x/y"], 1, "libpq key/value string"),
         (["migrate-up", "--database-url", "sqlite://"], 1, "names no file"),
-        (["migrate-up", "--database-url", "sqlite://:memory:"], 1, "in-memory"),
         (["migrate-list", "--database-url", "sqlite:///x"], 1, "migrate-list does not create"),
         (["validate", "--database-url", "sqlite:///x"], 1, "validate does not create"),
         (["-v", "migrate-up", "--debug"], 2, "mutually exclusive"),
@@ -356,3 +355,21 @@ def test_demo_says_what_is_deliberate_and_asks_before_writing(tmp_path: Path) ->
     assert code == 0, err
     assert "deliberate outcomes: one flaky job fails once and is retried" in out
     assert "(deliberate)" in out
+
+
+def test_rivers_in_memory_url_needs_no_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``sqlite://:memory:`` as River's CLI takes it: the verbs run on a database of their own
+    that is gone when they end, and nothing is written to disk; bench migrates it first."""
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run("migrate-up", "--database-url", "sqlite://:memory:")
+    assert code == 0, err
+    assert f"applied migration {LATEST:03d}" in out
+    code, out, err = run("migrate-list", "--database-url", "sqlite::memory:")
+    assert code == 0, err
+    assert not out.splitlines()[-1].startswith("*")  # a new process's database: empty again
+    code, out, err = run("bench", "-n", "50", "--database-url", "sqlite://:memory:")
+    assert code == 0, err
+    assert "worked 50 jobs" in out
+    assert list(tmp_path.iterdir()) == []

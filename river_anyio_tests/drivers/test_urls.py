@@ -35,11 +35,8 @@ SQLITE_FORMS = [
 SQLITE_REJECTED = [
     ("sqlite://", "names no file"),
     ("sqlite:", "names no file"),
-    ("sqlite://:memory:", "in-memory"),
-    ("sqlite::memory:", "in-memory"),
-    ("sqlite:///:memory:", "in-memory"),
-    (":memory:", "in-memory"),
-    ("", "in-memory"),
+    ("sqlite:///:memory:", "an in-memory database is sqlite://:memory:"),
+    ("", "names no file"),
     ("file::memory:?cache=shared", "file: URIs"),
     ("file:x.db", "file: URIs"),
     ("sqlite://river.db?_pragma=busy_timeout(5000)", "query parameters"),
@@ -60,6 +57,13 @@ def test_sqlite_url_forms_name_rivers_files(
     assert path_from_url(url) == os.path.normpath(want)
     if url.startswith(("sqlite", "SQLITE")):
         assert dialect_of_url(url) == "sqlite"
+
+
+@pytest.mark.parametrize(
+    "url", ["sqlite://:memory:", "sqlite::memory:", "SQLITE://:memory:", ":memory:"]
+)
+def test_rivers_in_memory_forms(url: str) -> None:
+    assert path_from_url(url) == ":memory:"
 
 
 @pytest.mark.parametrize(("url", "path"), SQLITE_FORMS[:8])

@@ -39,6 +39,7 @@ from .conftest import (
     running,
     user_metadata,
 )
+from .lifecycle_support import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -617,25 +618,14 @@ async def test_pause_stops_claiming_and_resume_picks_up(
             assert paused.queue == "default"
             assert paused_flag(run)
 
-            # Watch the producer's fetch loop: once a fetch that began after the insert has
-            # returned, a running producer would have claimed the job.
-            producer = run._producers["default"]
-            real_fetch = producer._fetch_once
-            armed = False
-            fetched_after_insert = anyio.Event()
+            # A turn of the fetch loop that began after the insert would have claimed the
+            # job: it is the second turn to end after the insert returned.
+            def turns() -> int:
+                return run.diagnostics.queues["default"].fetch_turns
 
-            async def watched_fetch() -> float:
-                began_armed = armed
-                result = await real_fetch()
-                if began_armed:
-                    fetched_after_insert.set()
-                return result
-
-            producer._fetch_once = watched_fetch  # type: ignore[method-assign]
             res = await run.client.insert(Task())
-            armed = True
-            with anyio.fail_after(10):
-                await fetched_after_insert.wait()
+            inserted_at_turn = turns()
+            await wait_until(lambda: turns() >= inserted_at_turn + 2)
             held = await get_row(run, res.job.id)
             assert (held.state, held.attempt, held.attempted_by) == (S.AVAILABLE, 0, ())
             assert not ran

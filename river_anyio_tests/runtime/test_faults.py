@@ -467,3 +467,49 @@ async def test_poll_only_works_without_listening(database_url: str) -> None:
                 assert run.diagnostics.notifier_reconnects == 0
         assert (listening.seen, faulty.calls["listener"]) == (0, 0)
     assert (await read_job(database_url, job.id)).state is river.JobState.COMPLETED
+
+
+# --- a completer backed up while stopping -------------------------------------------------------
+
+
+async def test_a_stop_does_not_wait_forever_for_a_backed_up_completer(
+    database_url: str, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Results that cannot reach a completer backed up by a stuck write wait a bounded grace
+    once the stop cancels them, then are left ``running`` for the rescuer; the stop ends."""
+    from river_anyio._runtime import _completer, _runner
+
+    # one completion taken, one buffered: the third and fourth results must wait
+    monkeypatch.setattr(_completer, "BACKLOG_HIGH", 1)
+    monkeypatch.setattr(_completer, "STREAM_BUFFER", 1)
+    monkeypatch.setattr(_runner, "HAND_OFF_GRACE", 0.2)
+    caplog.set_level("ERROR", logger="river_anyio.executor")
+    gate = Gate()
+    gate.release.set()
+    async with river.open_client(database_url) as inserter:
+        ids = [r.job.id for r in await inserter.client.insert_many([Blocker()] * 4)]
+    write = anyio.Event()
+
+    def handed_off_late() -> list[int]:
+        return [
+            r.river_job_id  # type: ignore[attr-defined]
+            for r in caplog.records
+            if getattr(r, "river_event", None) == "completer_hand_off_timeout"
+        ]
+
+    async with open_faulty(database_url) as faulty:
+        stuck = faulty.delay("job_set_state_if_running_many", until=write)
+        async with river.open_client(
+            faulty, id=CLIENT, queues=queues(4), workers=gate.workers(), **FAST_COMPLETER
+        ) as run:
+            await wait_until(lambda: len(gate.finished) == 4 and stuck.hit.is_set())
+            run.stop_and_cancel()
+            await wait_until(lambda: len(handed_off_late()) == 2)
+            write.set()  # the stuck write goes through; the stop completes
+            with anyio.fail_after(SOON):
+                await run.wait()
+    late = handed_off_late()
+    for job_id in ids:
+        state = (await read_job(database_url, job_id)).state
+        expected = river.JobState.RUNNING if job_id in late else river.JobState.COMPLETED
+        assert state is expected, (job_id, late)

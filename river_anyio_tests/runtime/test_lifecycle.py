@@ -19,7 +19,6 @@ from river_anyio._client import Client
 from river_anyio._config import ClientConfig
 from river_anyio._events import EventHub
 from river_anyio._runtime._clock import SystemClock
-from river_anyio._runtime._pacing import FetchPacer
 from river_anyio._runtime._supervisor import ClientRun
 
 from .lifecycle_support import (
@@ -452,25 +451,22 @@ async def test_every_stall_of_the_loop_is_reported(
 # --- rows claimed ahead of free slots ----------------------------------------------------------
 
 
-def claim_ahead_fully(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make every claim that meets a backlog allow ``max_workers`` rows claimed ahead (as
-    quick jobs measure), so rows wait in the ready queue behind busy workers."""
-
-    def plan(self: FetchPacer, backlog: bool, finished: int) -> None:
-        self.prefetch = self.max_workers if backlog else 0
-
-    monkeypatch.setattr(FetchPacer, "_plan_prefetch", plan)
+#: Every claim that meets a backlog claims ``max_workers`` rows ahead (as quick jobs measure),
+#: so rows wait in the ready queue behind busy workers.
+CLAIM_AHEAD = ClientConfig(fixed_prefetch=2)
 
 
-async def test_stop_and_cancel_gives_back_rows_claimed_ahead(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    claim_ahead_fully(monkeypatch)
+async def test_stop_and_cancel_gives_back_rows_claimed_ahead(database_url: str) -> None:
     gate = Gate(mode="forever")
     async with river.open_client(database_url) as inserter:
         jobs = [r.job for r in await inserter.client.insert_many([Blocker()] * 5)]
     async with river.open_client(
-        database_url, id=CLIENT, queues=queues(2), workers=gate.workers(), soft_stop_timeout=60
+        database_url,
+        CLAIM_AHEAD,
+        id=CLIENT,
+        queues=queues(2),
+        workers=gate.workers(),
+        soft_stop_timeout=60,
     ) as run:
         sub = run.subscribe()
         # two running, two claimed ahead waiting for a worker, and no more than that
@@ -489,16 +485,13 @@ async def test_stop_and_cancel_gives_back_rows_claimed_ahead(
     assert never.state is river.JobState.AVAILABLE and never.attempted_by == ()
 
 
-async def test_a_graceful_stop_works_rows_claimed_ahead(
-    database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    claim_ahead_fully(monkeypatch)
+async def test_a_graceful_stop_works_rows_claimed_ahead(database_url: str) -> None:
     gate = Gate()
     async with river.open_client(database_url) as inserter:
         jobs = [r.job for r in await inserter.client.insert_many([Blocker()] * 5)]
     async with anyio.create_task_group() as tg:
         async with river.open_client(
-            database_url, id=CLIENT, queues=queues(2), workers=gate.workers()
+            database_url, CLAIM_AHEAD, id=CLIENT, queues=queues(2), workers=gate.workers()
         ) as run:
             await wait_until(lambda: run.diagnostics.queues["default"].active_jobs == 4)
             tg.start_soon(release_when_stopping, run, gate.release)

@@ -648,26 +648,17 @@ class PostgresExecutor(SharedOperations):
     ) -> int:
         if not rescues:
             return 0
-        require_aware(stuck_horizon, "stuck_horizon")
-        for r in rescues:
-            require_aware(r.scheduled_at, "scheduled_at")
-            if r.finalized_at is not None:
-                require_aware(r.finalized_at, "finalized_at")
-        try:
-            errors = [r.error.decode() for r in rescues]
-        except UnicodeDecodeError as exc:
-            raise ValidationError("error", f"must be UTF-8 JSON: {exc}") from None
-        return await self._count(
-            self._q.job_rescue_many,
-            {
-                "ids": [r.id for r in rescues],
-                "errors": errors,
-                "finalized_at": [r.finalized_at for r in rescues],
-                "scheduled_at": [r.scheduled_at for r in rescues],
-                "states": [JobState(r.state).value for r in rescues],
-                "stuck_horizon": stuck_horizon,
-            },
+        return await self._count(self._q.job_rescue_many, _rescue_params(rescues, stuck_horizon))
+
+    async def job_rescue_many_returning(
+        self, rescues: Sequence[JobRescue], *, stuck_horizon: dt.datetime
+    ) -> list[JobRow]:
+        if not rescues:
+            return []
+        rows = await self._rows(
+            self._q.job_rescue_many_returning, _rescue_params(rescues, stuck_horizon)
         )
+        return rows_to_jobs(rows)
 
     async def job_delete_before(
         self,
@@ -757,6 +748,26 @@ class PostgresExecutor(SharedOperations):
         return rows_to_jobs(
             await self._rows(self._q.job_give_back_lost_claims, values, binary=True)
         )
+
+
+def _rescue_params(rescues: Sequence[JobRescue], stuck_horizon: dt.datetime) -> dict[str, Any]:
+    require_aware(stuck_horizon, "stuck_horizon")
+    for r in rescues:
+        require_aware(r.scheduled_at, "scheduled_at")
+        if r.finalized_at is not None:
+            require_aware(r.finalized_at, "finalized_at")
+    try:
+        errors = [r.error.decode() for r in rescues]
+    except UnicodeDecodeError as exc:
+        raise ValidationError("error", f"must be UTF-8 JSON: {exc}") from None
+    return {
+        "ids": [r.id for r in rescues],
+        "errors": errors,
+        "finalized_at": [r.finalized_at for r in rescues],
+        "scheduled_at": [r.scheduled_at for r in rescues],
+        "states": [JobState(r.state).value for r in rescues],
+        "stuck_horizon": stuck_horizon,
+    }
 
 
 def _aware_or_none(value: dt.datetime | None, field: str) -> dt.datetime | None:

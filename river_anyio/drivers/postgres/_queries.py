@@ -691,6 +691,10 @@ WHERE j.id = r.id
     AND j.attempted_at < %(stuck_horizon)s::timestamptz"""
 
     @cached_property
+    def job_rescue_many_returning(self) -> str:
+        return f"{self.job_rescue_many}\nRETURNING {_JCOLS}"
+
+    @cached_property
     def job_delete_before(self) -> str:
         p = self.prefix
         return f"""

@@ -27,7 +27,7 @@ from typing import Final, Literal
 import anyio
 
 from ..._errors import ConfigError
-from ._connection import ConnectionThread, check_sqlite_version, path_from_url
+from ._connection import MEMORY, ConnectionThread, check_sqlite_version, path_from_url
 from ._executor import SQLiteExecutor
 from ._listener import SQLiteListener
 from ._queries import Queries
@@ -72,6 +72,10 @@ def _validate_attach(value: object) -> dict[str, str]:
         if name.lower() in ("main", "temp"):
             raise ConfigError("attach", f"{name!r} is a reserved database name", value)
         out[name] = path_from_url(path, absolute=False)
+        if out[name] == MEMORY:
+            raise ConfigError(
+                "attach", f"{name!r}: an in-memory database cannot be attached", value
+            )
     return out
 
 
@@ -114,7 +118,8 @@ class SQLiteDriver:
 
     @property
     def path(self) -> str:
-        """Absolute path of the database file."""
+        """Absolute path of the database file (``":memory:"`` for the process's in-memory
+        database)."""
         return self._writer.path
 
     # ---- executors ---------------------------------------------------------------------------
@@ -216,14 +221,15 @@ def open_sqlite(
 
 
 def _absolute(path: str, attach: dict[str, str]) -> tuple[str, dict[str, str]]:
-    return os.path.abspath(path), {k: os.path.abspath(v) for k, v in attach.items()}
+    main = path if path == MEMORY else os.path.abspath(path)
+    return main, {k: os.path.abspath(v) for k, v in attach.items()}
 
 
 @asynccontextmanager
 async def _open(
     path: str, schema: str | None, busy_timeout: float, attach: dict[str, str]
 ) -> AsyncIterator[SQLiteDriver]:
-    if not all(os.path.isabs(p) for p in (path, *attach.values())):
+    if not all(os.path.isabs(p) or p == MEMORY for p in (path, *attach.values())):
         # relative to the working directory as it is now: reading it is a system call
         path, attach = await anyio.to_thread.run_sync(_absolute, path, attach)
     writer = ConnectionThread(

@@ -44,6 +44,7 @@ __all__ = [
     "Session",
     "TransactionLostError",
     "check_sqlite_version",
+    "MEMORY",
     "path_from_url",
     "quote_ident",
     "rollback_quietly",
@@ -90,6 +91,14 @@ def quote_ident(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
+#: The path :func:`path_from_url` gives for River's in-memory forms.
+MEMORY = ":memory:"
+#: The database behind :data:`MEMORY`: SQLite's ``memdb`` VFS shares a database whose name
+#: begins with "/" among every connection of the process that opens it (the writer and the
+#: listener's reader alike), with ordinary locking, until the last of them closes.
+_MEMDB_URI = "file:/river-anyio-memory?vfs=memdb"
+
+
 def path_from_url(url_or_path: str, *, absolute: bool = True) -> str:
     """The absolute file path a ``sqlite:`` URL (or a plain path) names, by River's rules.
 
@@ -100,7 +109,9 @@ def path_from_url(url_or_path: str, *, absolute: bool = True) -> str:
       directory;
     - ``sqlite:///var/lib/app/river.db`` and ``sqlite:/var/lib/app/river.db``: the absolute
       path ``/var/lib/app/river.db``;
-    - ``sqlite://:memory:`` and ``sqlite::memory:``: in-memory, rejected here (see below);
+    - ``sqlite://:memory:`` and ``sqlite::memory:`` (and the plain path ``:memory:``): an
+      in-memory database, returned as :data:`MEMORY`. It belongs to this process: every driver
+      the process opens on it shares it, and it is gone once the last of them closes;
     - ``sqlite://`` and ``sqlite:``: no path, rejected as River rejects it.
 
     Anything without the ``sqlite:`` prefix is a filesystem path, used as is. The path is taken
@@ -109,9 +120,7 @@ def path_from_url(url_or_path: str, *, absolute: bool = True) -> str:
     it reads the working directory), so later connections (the listener's) open the same file
     if the working directory changes.
 
-    Rejected with ConfigError: query strings (``?``), ``file:`` URIs and in-memory databases;
-    the latter because the writer thread and the listener's reader must open the same database,
-    which a private ``:memory:`` database cannot be.
+    Rejected with ConfigError: query strings (``?``) and ``file:`` URIs.
     """
     field = "database_url"
     if not isinstance(url_or_path, str):
@@ -134,13 +143,15 @@ def path_from_url(url_or_path: str, *, absolute: bool = True) -> str:
             raise ConfigError(
                 field, f"file: URIs are not supported (got {raw!r}); use {forms}", raw
             )
+        if not raw:
+            raise ConfigError(field, f"an empty path names no file; use {forms}", raw)
         path = raw
-    if path in ("", ":memory:", "/:memory:") or path.lower().startswith("file::memory:"):
+    if path == MEMORY:
+        return MEMORY
+    if path == "/:memory:":
         raise ConfigError(
             field,
-            f"in-memory SQLite databases ({raw!r}) are not supported: the driver's writer "
-            "thread and its listener open the database separately, so it must be a file "
-            "(use a file in a temporary directory for tests)",
+            f"{raw!r} names a file /:memory:; an in-memory database is sqlite://:memory:",
             raw,
         )
     if path.endswith("/"):
@@ -425,6 +436,8 @@ class ConnectionThread:
         return not self._cancel_wait.wait(delay)
 
     def _open(self) -> apsw.Connection:
+        if self.path == MEMORY:
+            return self._open_memory()
         parent = os.path.dirname(self.path)
         if not os.path.isdir(parent):
             raise ConfigError(
@@ -448,6 +461,21 @@ class ConnectionThread:
                     if str(mode).lower() != "wal":
                         logger.warning("sqlite: %s: journal_mode is %s, not wal", schema, mode)
                     conn.pragma("synchronous", "normal", schema=schema)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _open_memory(self) -> apsw.Connection:
+        # no WAL (memdb keeps no journal file) and nothing attached (attach refuses memory)
+        access = apsw.SQLITE_OPEN_READONLY if self.readonly else apsw.SQLITE_OPEN_READWRITE
+        flags = apsw.SQLITE_OPEN_URI | apsw.SQLITE_OPEN_CREATE | access
+        if self.readonly:
+            flags &= ~apsw.SQLITE_OPEN_CREATE
+        conn = apsw.Connection(_MEMDB_URI, flags=flags)
+        try:
+            conn.set_busy_handler(self._busy)
+            conn.pragma("foreign_keys", 1)
         except BaseException:
             conn.close()
             raise

@@ -755,19 +755,17 @@ class SQLiteExecutor(SharedOperations):
         if not rescues:
             return 0
         sql = self._q.job_rescue
-        horizon = format_sqlite_timestamp(stuck_horizon)
-        batch = [
-            (
-                int(r.id),
-                r.error.decode(),
-                _ts_or_none(r.finalized_at),
-                format_sqlite_timestamp(r.scheduled_at),
-                JobState(r.state).value,
-                horizon,
-            )
-            for r in rescues
-        ]
+        batch = _rescue_batch(rescues, stuck_horizon)
         return await self._write(lambda c: _op_changes_many(c, sql, batch))
+
+    async def job_rescue_many_returning(
+        self, rescues: Sequence[JobRescue], *, stuck_horizon: dt.datetime
+    ) -> list[JobRow]:
+        if not rescues:
+            return []
+        sql = self._q.job_rescue_returning
+        batch = _rescue_batch(rescues, stuck_horizon)
+        return await self._write(lambda c: _op_jobs_many(c, sql, batch))
 
     async def job_delete_before(
         self,
@@ -897,6 +895,30 @@ def _leader(row: Sequence[Any]) -> LeaderRow:
 def _op_changes(conn: apsw.Connection, sql: str, args: tuple[Any, ...]) -> int:
     conn.execute(sql, args).fetchall()
     return conn.changes()
+
+
+def _rescue_batch(
+    rescues: Sequence[JobRescue], stuck_horizon: dt.datetime
+) -> list[tuple[Any, ...]]:
+    horizon = format_sqlite_timestamp(stuck_horizon)
+    return [
+        (
+            int(r.id),
+            r.error.decode(),
+            _ts_or_none(r.finalized_at),
+            format_sqlite_timestamp(r.scheduled_at),
+            JobState(r.state).value,
+            horizon,
+        )
+        for r in rescues
+    ]
+
+
+def _op_jobs_many(conn: apsw.Connection, sql: str, batch: list[tuple[Any, ...]]) -> list[JobRow]:
+    rows: list[Any] = []
+    for args in batch:
+        rows.extend(conn.execute(sql, args).fetchall())
+    return job_rows(rows)
 
 
 def _op_changes_many(conn: apsw.Connection, sql: str, batch: list[tuple[Any, ...]]) -> int:

@@ -580,6 +580,10 @@ SET errors = jsonb_insert(coalesce(errors, jsonb('[]')), '$[#]', jsonb(?2)),
 WHERE id = ?1 AND state = 'running' AND attempted_at < ?6"""
 
     @cached_property
+    def job_rescue_returning(self) -> str:
+        return f"{self.job_rescue}\nRETURNING {JOB_COLUMNS}"
+
+    @cached_property
     def job_delete_before(self) -> str:
         """?1 cancelled, ?2 completed, ?3 discarded horizons (NULL: keep), ?4 limit."""
         p = self.prefix
