@@ -23,6 +23,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     """``manage.py check`` (and runserver, migrate): ``RIVER_ANYIO`` is valid and the
     connections it enqueues through can carry River's inserts, without connecting."""
     from django.db import connections
+    from django.db.utils import ConnectionDoesNotExist
 
     from ..._errors import ConfigError
     from ...drivers import redact_url
@@ -34,4 +35,13 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
         check_driver(config.default_using, conn.vendor, getattr(conn, "Database", None))
     except ConfigError as exc:
         return [checks.Error(redact_url(str(exc)), id="river_anyio.E001")]
+    except ConnectionDoesNotExist:
+        return [
+            checks.Error(
+                f"RIVER_ANYIO['DATABASE'] is a URL, so jobs are enqueued through "
+                f"DATABASES[{config.default_using!r}], which does not exist",
+                hint="add it, or pass using= to every insert",
+                id="river_anyio.E001",
+            )
+        ]
     return []
