@@ -19,6 +19,7 @@ from typing import Any, Literal, cast
 
 import psycopg
 from psycopg import pq
+from psycopg.rows import tuple_row
 
 from .._errors import PoolTimeoutError
 from .._sqlalchemy import sync_dbapi_connection
@@ -100,9 +101,42 @@ class AsyncFacade:
         return _Cursor(self.conn.execute(query, params, **kw))
 
 
+class _CallerFacade(AsyncFacade):
+    """:class:`AsyncFacade` over a caller's connection, which may have its own cursor class
+    and loaders (Django's: client-side binding, ``jsonb`` as text, ``timestamptz`` naive when
+    ``USE_TZ = False``): River's statements run on plain cursors with psycopg's own loaders
+    for the types River reads, as on the client's own connections."""
+
+    __slots__ = ()
+
+    def cursor(self, *, binary: bool = False) -> _Cursor:
+        cur = psycopg.Cursor(self.conn, row_factory=tuple_row)
+        if binary:
+            cur.format = pq.Format.BINARY
+        for name in _RIVER_TYPES:
+            oid = psycopg.adapters.types[name].oid
+            for fmt in (pq.Format.TEXT, pq.Format.BINARY):
+                loader = psycopg.adapters.get_loader(oid, fmt)
+                if loader is not None and cur.adapters.get_loader(oid, fmt) is not loader:
+                    cur.adapters.register_loader(oid, loader)
+        return _Cursor(cur)
+
+    async def execute(self, query: Any, params: Any = None, **kw: Any) -> _Cursor:
+        return await self.cursor().execute(query, params, **kw)
+
+
+#: The types of River's columns whose loaders an application may have replaced.
+_RIVER_TYPES = ("timestamptz", "jsonb", "json")
+
+
 def executor_on(queries: Queries, conn: psycopg.Connection[Any]) -> PostgresExecutor:
     """River's PostgreSQL executor on a blocking connection."""
     return PostgresExecutor(queries, conn=cast("psycopg.AsyncConnection[Any]", AsyncFacade(conn)))
+
+
+def caller_executor(queries: Queries, conn: psycopg.Connection[Any]) -> PostgresExecutor:
+    """River's PostgreSQL executor on a caller's connection, in the caller's transaction."""
+    return PostgresExecutor(queries, conn=cast("psycopg.AsyncConnection[Any]", _CallerFacade(conn)))
 
 
 class SyncPool:
@@ -255,7 +289,7 @@ class BlockingPostgresDriver:
         ):
             return conn
         if isinstance(conn, psycopg.Connection):
-            return executor_on(self._queries, conn)
+            return caller_executor(self._queries, conn)
         if isinstance(conn, psycopg.AsyncConnection):
             raise TypeError(
                 "river_anyio.blocking.Client takes a blocking psycopg.Connection; insert with "
@@ -263,7 +297,7 @@ class BlockingPostgresDriver:
             )
         raw = sync_dbapi_connection(conn)
         if isinstance(raw, psycopg.Connection):
-            return executor_on(self._queries, raw)
+            return caller_executor(self._queries, raw)
         if raw is not None:
             raise TypeError(
                 "the SQLAlchemy connection is not on psycopg 3 (use a postgresql+psycopg:// "

@@ -10,11 +10,12 @@ through a small adapter), so :func:`~._drive.drive` runs the executor's coroutin
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, Literal, TypeVar, cast
 
@@ -269,7 +270,7 @@ class Sqlite3AsApsw:
     def execute(self, sql: str, params: Any = ()) -> Any:
         cur = self._conn.cursor()
         cur.row_factory = None  # rows as tuples, whatever the connection's factory
-        return cur.execute(sql, params)
+        return _TextTimestamps(cur.execute(sql, params))
 
     def total_changes(self) -> int:
         return int(self._conn.total_changes)
@@ -283,6 +284,39 @@ class Sqlite3AsApsw:
 
     def close(self) -> None:
         self._conn.close()
+
+
+class _TextTimestamps:
+    """A ``sqlite3`` cursor whose rows hold River's timestamps as the text stored, also when
+    the connection was opened with ``detect_types`` (Django's is, with converters turning
+    ``timestamp`` columns into naive datetimes): those are written back as that text (UTC)."""
+
+    __slots__ = ("_cur",)
+
+    def __init__(self, cur: Any) -> None:
+        self._cur = cur
+
+    @staticmethod
+    def _row(row: Any) -> Any:
+        if not any(isinstance(v, dt.datetime) for v in row):
+            return row
+        return tuple(_timestamp_text(v) if isinstance(v, dt.datetime) else v for v in row)
+
+    def fetchall(self) -> list[Any]:
+        return [self._row(r) for r in self._cur.fetchall()]
+
+    def fetchone(self) -> Any:
+        row = self._cur.fetchone()
+        return None if row is None else self._row(row)
+
+    def __iter__(self) -> Iterator[Any]:
+        return (self._row(r) for r in self._cur)
+
+
+def _timestamp_text(value: dt.datetime) -> str:
+    if value.tzinfo is not None:
+        value = value.astimezone(dt.UTC).replace(tzinfo=None)
+    return value.isoformat(" ", "microseconds")
 
 
 def sqlite3_module(conn: object) -> Any:
