@@ -35,6 +35,7 @@ from .._logging import queue_extra
 from ..drivers import Driver, Notification
 from ._completer import Completer, Finished
 from ._control import HOT_OPERATION_TIMEOUT, QueueControl
+from ._health import Contact
 from ._pacing import FetchPacer
 from ._pool import WorkerPool
 from ._recovery import LostClaims
@@ -102,12 +103,18 @@ class Producer:
         self._backoff = Backoff()
         self._lost_claims = LostClaims(driver, queue=queue, client_id=config.id)
         self.fetches = 0
+        #: claims failing (its successes are the pacer's ``last_claim_at``)
+        self.contact = Contact()
 
     # --- controls (called by the supervisor and the notifier) ---------------------------------
 
     @property
     def paused(self) -> bool:
         return self._queue_control.paused
+
+    @property
+    def last_claim_at(self) -> float | None:
+        return self._pacer.last_claim_at
 
     @property
     def active_jobs(self) -> int:
@@ -223,6 +230,8 @@ class Producer:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
         lost = self._lost_claims
         if lost.pending_since is not None and not await lost.recover(self._pool.job_ids()):
+            if self.contact.failing_since is None:
+                self.contact.failing_since = anyio.current_time()
             return self._backoff.next_delay()  # a failed claim is not recovered yet
         if self._queue_control.paused:
             return 0.0
@@ -241,6 +250,7 @@ class Producer:
             return await self._claim_failed(exc)
         self._lost_claims.claimed(rows)
         self._backoff.reset()
+        self.contact.failing_since = None
         pool.dispatch(rows)
         pool.low_water = pacer.claimed(len(rows), limit, len(pool), pool.finished)
         if len(rows) < limit:
@@ -264,6 +274,7 @@ class Producer:
         have claimed when the failure leaves that open, and return the back-off delay before
         the next claim."""
         delay = self._backoff.next_delay()
+        self.contact.failed(exc)
         transient = isinstance(exc, TimeoutError) or exc.transient
         logger.log(
             logging.WARNING if transient else logging.ERROR,
