@@ -95,15 +95,11 @@ def health(run: ClientRun) -> Health:
         failing = contact.failing_since
         if last_fetch is not None:
             last_ok_times.append(last_fetch)
-        if failing is not None:
-            failing_since.append(failing)
-            if contact.error:
-                errors.append(contact.error)
-            if now - failing >= limits.fetch_failing_after:
-                queue_reasons.append(
-                    f"queue {name!r}: fetching jobs has failed for {now - failing:.1f}s"
-                    + (f" ({contact.error})" if contact.error else "")
-                )
+        if failing is not None and now - failing >= limits.fetch_failing_after:
+            queue_reasons.append(
+                f"queue {name!r}: fetching jobs has failed for {now - failing:.1f}s"
+                + (f" ({contact.error})" if contact.error else "")
+            )
         queues[name] = QueueHealth(
             last_fetch_at=_wall(now, checked_at, last_fetch),
             last_fetch_age=None if last_fetch is None else max(0.0, now - last_fetch),
@@ -114,18 +110,17 @@ def health(run: ClientRun) -> Health:
     for contact in contacts:
         if contact.last_ok is not None:
             last_ok_times.append(contact.last_ok)
-        if contact.failing_since is not None:
-            failing_since.append(contact.failing_since)
+    last_ok = max(last_ok_times) if last_ok_times else None
+    # the database fails while failures began after its last success anywhere (a component
+    # still failing since before then fails on its own: the database answered others since)
+    for contact in [*contacts, *(q.producer.contact for q in run._queues.values())]:
+        since = contact.failing_since
+        if since is not None and (last_ok is None or since > last_ok):
+            failing_since.append(since)
             if contact.error:
                 errors.append(contact.error)
-
-    last_ok = max(last_ok_times) if last_ok_times else None
-    failing_for: float | None = None
-    if failing_since:
-        # failing since the first failure, or since the last success after it
-        since = min(failing_since) if last_ok is None else max(last_ok, min(failing_since))
-        failing_for = max(0.0, now - since)
-    error = errors[-1] if failing_for is not None and errors else None
+    failing_for = max(0.0, now - min(failing_since)) if failing_since else None
+    error = errors[-1] if errors else None
     waiting = run._waiting_for_database
     if waiting:
         reasons.append(

@@ -98,6 +98,8 @@ class Producer:
             resumed=self._resumed,
         )
         self._wake = Wakeup()
+        #: the listener is back after losing its connection: a back-off ends early
+        self._reconnected = Wakeup()
         #: the fetch loop's lifetime: cancelled by ``stop_fetching()``
         self._fetching = anyio.CancelScope()
         self._backoff = Backoff()
@@ -146,7 +148,9 @@ class Producer:
 
     async def reconcile(self) -> None:
         """After missed notifications: re-poll the queue, and cancel running jobs that were
-        cancelled remotely meanwhile."""
+        cancelled remotely meanwhile. The listener reconnected, so the database answers
+        again: a claim backing off after failures is retried now."""
+        self._reconnected.set()
         await self._queue_control.reconcile()
 
     def _control(self, payload: dict[str, Any]) -> None:
@@ -213,7 +217,8 @@ class Producer:
             if delay:
                 pacer.failed(delay)
                 wake.clear()
-                await anyio.sleep(delay)
+                with anyio.move_on_after(delay):
+                    await self._reconnected.wait()
             if (idle := pacer.idle_time()) > 0:
                 with anyio.move_on_after(idle):
                     await wake.wait()
@@ -251,6 +256,7 @@ class Producer:
         self._lost_claims.claimed(rows)
         self._backoff.reset()
         self.contact.failing_since = None
+        self._reconnected.clear()
         pool.dispatch(rows)
         pool.low_water = pacer.claimed(len(rows), limit, len(pool), pool.finished)
         if len(rows) < limit:
