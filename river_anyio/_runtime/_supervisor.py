@@ -141,7 +141,8 @@ class ClientRun:
         self._elector_scope = anyio.CancelScope()
         #: ``wait_for_database``: the attempts to reach the database, ended by a stop
         self._waiting_scope = anyio.CancelScope()
-        self._database_answered = anyio.Event()
+        #: the database answered and the configured queues are worked
+        self._working = anyio.Event()
         #: the start's round trips (opening the database, checking its schema)
         self._start_contact = Contact()
         #: the port ``GET /health`` is answered on (``health_listen``), once bound
@@ -234,7 +235,7 @@ class ClientRun:
     def _waiting_for_database(self) -> bool:
         return (
             self.config.wait_for_database
-            and not self._database_answered.is_set()
+            and not self._working.is_set()
             and not self._stopped.is_set()
         )
 
@@ -435,7 +436,6 @@ class ClientRun:
                 driver = await stack.enter_async_context(open_database())
                 self._start_contact.ok(anyio.current_time())
             self.client._driver = driver
-            self._database_answered.set()
             await self._run(driver, clock, task_status=task_status)
 
     async def _wait_for_database(
@@ -599,6 +599,7 @@ class ClientRun:
                         async with anyio.create_task_group() as producers:
                             for name, queue_config in config.queues.items():
                                 await self._start_queue(producers, new_producer, name, queue_config)
+                            self._working.set()
                             self._report_started(task_status)
                             await self._serve_queue_requests(producers, new_producer)
                 finally:
