@@ -2,6 +2,9 @@
 
 ::
 
+    health endpoint                   (``health_listen``) answers GET /health until the run ends
+    database                          opened (with ``wait_for_database``, retried until it
+                                      answers, the run reported started before it)
     root                              the run; cancelled from outside: a hard stop
     ├─ lag monitor
     ├─ notifier                       ready once listening (start fails otherwise)
@@ -454,7 +457,7 @@ class ClientRun:
                     contact.failed(exc)
                     delay = backoff.next_delay()
                     logger.error(
-                        "client %s: THE DATABASE CANNOT BE REACHED (attempt %d, retrying in "
+                        "client %s: the database cannot be reached (attempt %d, retrying in "
                         "%.1fs; the client reports itself not ok until it answers): %s",
                         client_id,
                         backoff.failures,
