@@ -654,20 +654,27 @@ async def _status_until(url: str, status: int) -> dict[str, Any]:
 
 
 @pytest.mark.anyio
-async def test_health_port_answers_200_then_503_when_the_database_is_gone_or_stopping(
+async def test_health_port_answers_503_until_the_database_answers_when_it_is_gone_or_stopping(
     anyio_backend: str, pg_url: str, app_dir: Path, launcher: Path
 ) -> None:
     proxy = PgProxy(pg_url)
+    proxy.go_down()  # down when the worker starts: it waits for its database
     async with anyio.create_task_group() as tg:
         await tg.start(proxy.serve)
         async with worker(
             launcher, app_dir, "workerapp:probed", "--database-url", proxy.url(pg_url),
             "--queue", "default=2", "--loop", anyio_backend, "--health-port", "0",
+            "--wait-for-database",
         ) as w:  # fmt: skip
             url = _fields(w.start_line)["health"]
             assert url.startswith("http://127.0.0.1:") and url.endswith("/health")
             status, body = await _get(url)
-            assert status == 200 and body["ok"] is True and body["reasons"] == []
+            assert status == 503 and body["database"]["waiting"] is True, body
+            assert body["reasons"][0].startswith("waiting for the database")
+            await w.logged("the database cannot be reached")
+            proxy.come_up()
+            body = await _status_until(url, 200)
+            assert body["ok"] is True and body["reasons"] == []
             assert set(body["queues"]) == {"default"}
             missing, _ = await _get(url.replace("/health", "/nope"))
             assert missing == 404
