@@ -42,12 +42,17 @@ def _seconds(value: object, field: str, *, allow_none: bool = False) -> float | 
     return float(value)
 
 
+def _required(value: float | None) -> float:
+    assert value is not None  # _seconds() without allow_none never returns None
+    return value
+
+
 def _database_failing_after(value: float | dt.timedelta) -> float:
-    return _seconds(value, "database_failing_after") or 0.0
+    return _required(_seconds(value, "database_failing_after"))
 
 
 def _fetch_failing_after(value: float | dt.timedelta) -> float:
-    return _seconds(value, "fetch_failing_after") or 0.0
+    return _required(_seconds(value, "fetch_failing_after"))
 
 
 def _notifier_down_after(value: float | dt.timedelta | None) -> float | None:

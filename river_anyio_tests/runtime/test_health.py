@@ -20,6 +20,7 @@ import anyio
 import pytest
 
 import river_anyio as river
+from river_anyio._config import ClientConfig
 
 from ..faulty import open_faulty
 from ..pgproxy import PgProxy
@@ -133,19 +134,28 @@ async def test_a_postgres_outage_is_reported_and_its_end_too(pg_url: str) -> Non
     async with anyio.create_task_group() as tg:
         await tg.start(proxy.serve)
         async with river.open_client(
-            proxy.url(pg_url), queues=queues(), workers=gate.workers(), **fast()
+            proxy.url(pg_url),
+            queues=queues(),
+            workers=gate.workers(),
+            health=river.HealthConfig(notifier_down_after=1),  # the others: the defaults
+            **fast(),
         ) as run:
             await run.wait_leading()
             await health_until(run, lambda h: h.ok and bool(h.queues["default"].last_fetch_at), 5)
 
             proxy.go_down()
-            down = await health_until(run, lambda h: not h.ok, DOWN_WITHIN)
-            assert down.database_reachable is False
-            assert any(r.startswith("database unreachable for") for r in down.reasons), down
+            down = await health_until(
+                run,
+                lambda h: any(r.startswith("database unreachable for") for r in h.reasons),
+                DOWN_WITHIN,
+            )
+            assert not down.ok and down.database_reachable is False
             assert down.database_error is not None
             assert "password" not in json.dumps(down.as_dict())
             down = await health_until(run, lambda h: h.queues["default"].failing_for, 5)
             assert down.queues["default"].failing_for >= 0
+            assert down.notifier_connected is False
+            assert any(r.startswith("the listener has been disconnected for") for r in down.reasons)
 
             proxy.come_up()
             up = await health_until(
@@ -162,27 +172,39 @@ async def test_a_postgres_outage_is_reported_and_its_end_too(pg_url: str) -> Non
 
 
 async def test_a_sqlite_database_that_cannot_be_written_is_reported(sqlite_url: str) -> None:
+    """Claims and the completer's writes fail while another connection holds the lock: the
+    database, the queue and the results waiting to be written are each a reason."""
     gate = Gate()
+    config = ClientConfig(completer_pauses=(0.05,))  # retried writes: no long pauses
     async with river.open_client(
         sqlite_url,
+        config,
         queues=queues(),
         workers=gate.workers(),
         leader_election_disabled=True,
         fetch_poll_interval=0.1,
         driver_options={"busy_timeout": 0.1},
-        health=river.HealthConfig(database_failing_after=0.5, fetch_failing_after=0.5),
+        health=river.HealthConfig(
+            database_failing_after=0.5, fetch_failing_after=0.5, completer_backlog_max=1
+        ),
         **fast(),
     ) as run:
         await health_until(run, lambda h: h.ok and bool(h.queues["default"].last_fetch_at), 5)
+        job = (await run.client.insert(Blocker())).job
+        await gate.started_event(job.id).wait()
         async with sqlite_write_lock(sqlite_url):
+            gate.release.set()  # it finishes; its result cannot be written
             down = await health_until(run, lambda h: not h.ok, DOWN_WITHIN)
             down = await health_until(
-                run, lambda h: len(h.reasons) == 2 and h.database_reachable is False, 5
+                run, lambda h: len(h.reasons) == 3 and h.database_reachable is False, 5
             )
             assert down.reasons[0].startswith("database unreachable for"), down.reasons
             assert down.reasons[1].startswith("queue 'default': fetching jobs has failed for")
+            assert down.reasons[2] == "1 finished jobs wait for their results to be written"
+            assert down.completer_backlog == 1
             assert "DatabaseBusyError" in (down.database_error or "")
-        await health_until(run, lambda h: h.ok, UP_WITHIN)
+        up = await health_until(run, lambda h: h.ok, UP_WITHIN)
+        assert up.completer_backlog == 0
 
 
 # --- starting while the database is down -------------------------------------------------------
