@@ -11,6 +11,7 @@ lost connection would (a missing directory is a configuration error, never waite
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 from collections.abc import Callable
@@ -21,6 +22,7 @@ import pytest
 
 import river_anyio as river
 from river_anyio._config import ClientConfig
+from river_anyio._runtime._health import MAX_REQUEST, HealthServer
 
 from ..faulty import open_faulty
 from ..pgproxy import PgProxy
@@ -285,3 +287,46 @@ async def test_a_client_stopped_while_it_waits_ends_cleanly(sqlite_url: str) -> 
                 assert not health.ok and health.stopping
                 assert health.reasons == ("the client is stopping",)
         assert faulty.calls["job_get_available"] == 0  # it never started working
+
+
+# --- the worker's responder ----------------------------------------------------------------------
+
+
+async def _exchange(port: int, request: bytes) -> bytes:
+    with anyio.fail_after(5):
+        async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+            await stream.send(request)
+            chunks = []
+            with contextlib.suppress(anyio.EndOfStream, anyio.BrokenResourceError):
+                while True:
+                    chunks.append(await stream.receive())
+    return b"".join(chunks)
+
+
+async def test_the_health_responder_speaks_just_enough_http() -> None:
+    now = dt.datetime.now(dt.UTC)
+    health = river.Health(
+        ok=False, reasons=("the client is stopping",), checked_at=now, database_reachable=True,
+        database_last_ok_at=now, database_last_ok_age=0.0, database_failing_for=None,
+        database_error=None, waiting_for_database=False, notifier_connected=None, queues={},
+        completer_backlog=0, leader=False, stopping=True,
+    )  # fmt: skip
+    server = HealthServer(lambda: health, host="127.0.0.1", port=0)
+    async with anyio.create_task_group() as tg:
+        port = await tg.start(server.run)
+        answer = await _exchange(port, b"GET /health?verbose=1 HTTP/1.1\r\nHost: x\r\n\r\n")
+        head, _, body = answer.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 503 Service Unavailable\r\n")
+        assert b"Connection: close" in head and b"Cache-Control: no-store" in head
+        assert f"Content-Length: {len(body)}".encode() in head
+        assert json.loads(body) == health.as_dict()
+        answer = await _exchange(port, b"HEAD /health HTTP/1.1\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 503 ") and answer.endswith(b"\r\n\r\n")
+        assert (await _exchange(port, b"POST /health HTTP/1.1\r\n\r\n")).startswith(
+            b"HTTP/1.1 405 "
+        )
+        assert (await _exchange(port, b"GET / HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 404 ")
+        # nonsense, or too much of it, is dropped without an answer; the server carries on
+        assert await _exchange(port, b"\x00" * (MAX_REQUEST + 10)) == b""
+        assert (await _exchange(port, b"GET /health HTTP/1.1\r\n\r\n")).startswith(b"HTTP/1.1 503 ")
+        tg.cancel_scope.cancel("test over")
