@@ -37,6 +37,9 @@ from ._events import Event as Event
 from ._events import EventKind as EventKind
 from ._events import JobTimings as JobTimings
 from ._events import Subscription as Subscription
+from ._health import Health as Health
+from ._health import HealthConfig as HealthConfig
+from ._health import QueueHealth as QueueHealth
 from ._insert import InsertManyParams as InsertManyParams
 from ._job import AttemptError as AttemptError
 from ._job import InsertOpts as InsertOpts
@@ -92,6 +95,8 @@ __all__ = (
     "Diagnostics",
     "Event",
     "EventKind",
+    "Health",
+    "HealthConfig",
     "InsertManyParams",
     "InsertOpts",
     "InsertResult",
@@ -121,6 +126,7 @@ __all__ = (
     "PoolTimeoutError",
     "QueryCanceledError",
     "QueueConfig",
+    "QueueHealth",
     "QueuesAPI",
     "RateLimit",
     "ResumableStepError",

@@ -16,6 +16,7 @@ from typing import Any, TypedDict
 import attrs
 
 from ._errors import ConfigError, ValidationError
+from ._health import HealthConfig
 from ._job import MAX_ATTEMPTS_DEFAULT, validate_queue_name
 from ._periodic import PeriodicJob, PeriodicJobs
 from ._queue_limits import RateLimit
@@ -450,6 +451,14 @@ def _driver_options(value: Mapping[str, Any] | None) -> dict[str, Any]:
     return dict(value)
 
 
+def _health(value: HealthConfig | None) -> HealthConfig:
+    if value is None:
+        return HealthConfig()
+    if not isinstance(value, HealthConfig):
+        raise ConfigError("health", f"must be a HealthConfig, not {type(value).__name__}", value)
+    return value
+
+
 def _clock(value: Clock | None) -> Clock | None:
     if value is not None and not callable(getattr(value, "now", None)):
         raise ConfigError("clock", "must be an object with a now() method", value)
@@ -508,6 +517,12 @@ class Config:
             PostgreSQL's ``pool_max_size``, ``acquire_timeout``, ``connect_timeout``,
             ``prepare_threshold``; SQLite's ``busy_timeout``, ``attach``.
         clock: The wall clock rows are stamped with (an object with ``now()``; for tests).
+        health: When :meth:`ClientRun.health` reports the client not ok
+            (:class:`HealthConfig`).
+        wait_for_database: Start even while the database cannot be reached (False: River's
+            fail-fast start). The ``open_client`` block is entered at once; the client logs
+            an error for each failed attempt (with back-off, up to 5 s apart), reports itself
+            not ok, and starts working as soon as the database answers.
     """
 
     queues: Mapping[str, QueueConfig] = attrs.field(factory=dict, converter=_queues)
@@ -538,6 +553,8 @@ class Config:
     auto_migrate: bool = attrs.field(default=False, validator=_bool)
     driver_options: Mapping[str, Any] = attrs.field(factory=dict, converter=_driver_options)
     clock: Clock | None = attrs.field(default=None, converter=_clock)
+    health: HealthConfig = attrs.field(factory=HealthConfig, converter=_health)
+    wait_for_database: bool = attrs.field(default=False, validator=_bool)
 
     def __attrs_post_init__(self) -> None:
         cooldown, poll = self.fetch_cooldown, self.fetch_poll_interval
@@ -629,6 +646,8 @@ class ConfigOptions(TypedDict, total=False):
     auto_migrate: bool
     driver_options: Mapping[str, Any] | None
     clock: Clock | None
+    health: HealthConfig | None
+    wait_for_database: bool
 
 
 #: The option names :func:`open_client` takes (unknown ones are a ConfigError at run time too,
@@ -662,6 +681,17 @@ def _completer_try_timeout(value: Duration | None) -> float | None:
 
 def _elect_interval(value: Duration) -> float:
     return _required(seconds(value, "_elect_interval", strictly_positive=True))
+
+
+def _health_listen(value: tuple[str, int] | None) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    host, port = value
+    if not isinstance(host, str) or not host:
+        raise ConfigError("health_listen", "the host must be a non-empty str", host)
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ConfigError("health_listen", "the port must be an int from 0 to 65535", port)
+    return host, port
 
 
 def _maintenance_stagger(_inst: object, _attr: object, value: object) -> None:
@@ -702,6 +732,9 @@ class ClientConfig(Config):
     #: Rows each producer claims ahead after a claim that meets a backlog, instead of the
     #: number measured from the jobs' pace (``None``); tests use it to hold claimed rows.
     fixed_prefetch: int | None = attrs.field(default=None, converter=_fixed_prefetch)
+    #: ``(host, port)`` the run answers ``GET /health`` on while it runs (the worker's
+    #: ``--health-port``; port 0 picks a free one).
+    health_listen: tuple[str, int] | None = attrs.field(default=None, converter=_health_listen)
 
 
 def client_config(config: Config | None, options: Mapping[str, Any]) -> ClientConfig:

@@ -31,6 +31,7 @@ LOGGER_NAMES = (
     "river_anyio.driver",
     "river_anyio.elector",
     "river_anyio.executor",
+    "river_anyio.lease",
     "river_anyio.maintenance.job_cleaner",
     "river_anyio.maintenance.notification_cleaner",
     "river_anyio.maintenance.periodic",

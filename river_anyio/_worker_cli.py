@@ -7,6 +7,12 @@ with uvicorn and celery. The first SIGTERM or SIGINT begins a graceful stop boun
 (``run.stop_and_cancel()``), which go back to ``available``. Signals are received inside the run
 with AnyIO's ``open_signal_receiver``, so the same code stops the client on asyncio and trio.
 
+With ``--health-port PORT`` the worker answers ``GET /health`` on ``--health-host``
+(127.0.0.1 by default) with the client's health as JSON: 200 while it is ok, 503 while it is
+not (the database unreachable, a queue's claims failing, stopping, or waiting for the database
+with ``--wait-for-database``). A few lines of HTTP/1.1 on AnyIO sockets, run inside the
+client's run: nothing to install.
+
 Exit codes: 0 after a stop asked for by a signal, 1 when the start fails, the client crashes or
 the application's module raises while imported, 2 for usage errors (flags, ``MODULE:ATTR``
 that does not name what it should, no database), as argparse does.
@@ -127,6 +133,27 @@ def add_parser(subparsers: Any) -> None:
         "application configured logging when imported (then its handlers are kept)",
     )
     p.add_argument(
+        "--health-port",
+        type=_port_flag,
+        default=None,
+        metavar="PORT",
+        help="answer GET /health on this port: 200 and the client's health as JSON while it is "
+        "ok, 503 while it is not (0 picks a free port, shown in the start line)",
+    )
+    p.add_argument(
+        "--health-host",
+        default="127.0.0.1",
+        metavar="HOST",
+        help="the address --health-port listens on (default 127.0.0.1; 0.0.0.0 for every "
+        "interface, as an orchestrator's probe from outside the container needs)",
+    )
+    p.add_argument(
+        "--wait-for-database",
+        action="store_true",
+        help="start even while the database cannot be reached: log an error for each "
+        "attempt, report 503, and start working as soon as it answers (default: fail at once)",
+    )
+    p.add_argument(
         "--auto-migrate",
         action="store_true",
         help="apply pending migrations (line main, then line river_anyio) before starting",
@@ -171,6 +198,16 @@ def _queue_flag(text: str) -> tuple[str, int]:
             f"got {max_workers}"
         )
     return name, max_workers
+
+
+def _port_flag(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a port number, got {text!r}") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 65535, got {port}")
+    return port
 
 
 def _timeout_flag(text: str) -> float:
@@ -363,15 +400,21 @@ def _format_timeout(timeout: float | None) -> str:
 
 
 def start_line(run: ClientRun, database: DatabaseSource, loop: str) -> str:
-    """The one line printed once the client works its queues."""
+    """The one line printed once the client works its queues (or, with
+    ``--wait-for-database``, once it waits for its database)."""
     config = run.config
     queues = ",".join(f"{name}:{q.max_workers}" for name, q in sorted(config.queues.items()))
-    return (
+    line = (
         f"river-anyio worker started: queues={queues} kinds={','.join(config.workers.kinds())} "
         f"database={database.display} loop={loop} "
         f"soft_stop_timeout={_format_timeout(config.soft_stop_timeout)} "
         f"client_id={run.client.id}"
     )
+    listen = getattr(config, "health_listen", None)
+    if listen is not None and run.health_port is not None:
+        host = f"[{listen[0]}]" if ":" in listen[0] else listen[0]
+        line += f" health=http://{host}:{run.health_port}/health"
+    return line
 
 
 @attrs.define(eq=False)
@@ -435,10 +478,21 @@ async def _watch_signals(signals: AsyncIterator[int], stopper: _Stopper) -> None
 
 
 async def serve(
-    database: DatabaseSource, config: Config, *, loop: str, auto_migrate: bool, out: TextIO
+    database: DatabaseSource,
+    config: Config,
+    *,
+    loop: str,
+    auto_migrate: bool,
+    out: TextIO,
+    health_listen: tuple[str, int] | None = None,
 ) -> None:
-    """Migrate (if asked), run the client and stop it on signals."""
+    """Migrate (if asked), run the client and stop it on signals; with ``health_listen``,
+    the run answers ``GET /health`` there."""
+    from ._config import client_config
     from ._runtime._entry import open_client
+
+    if health_listen is not None:
+        config = attrs.evolve(client_config(config, {}), health_listen=health_listen)
 
     with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
         async with anyio.create_task_group() as tg:
@@ -476,6 +530,13 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             raise WorkerUsageError("--loop trio needs trio: pip install 'river_anyio[trio]'")
         app = load_app(*args.app)
         config = worker_config(app, args.queues, args.soft_stop_timeout)
+        auto_migrate = args.auto_migrate
+        if args.wait_for_database:
+            # migrated by the client once the database answers, not before it starts
+            config = attrs.evolve(config, wait_for_database=True, auto_migrate=auto_migrate)
+            auto_migrate = False
+        if not args.health_host:
+            raise WorkerUsageError("--health-host must not be empty")
     except WorkerUsageError as exc:
         parser.error(str(exc))
     except WorkerError as exc:
@@ -485,7 +546,15 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     try:
         anyio.run(
             functools.partial(
-                serve, database, config, loop=args.loop, auto_migrate=args.auto_migrate, out=out
+                serve,
+                database,
+                config,
+                loop=args.loop,
+                auto_migrate=auto_migrate,
+                out=out,
+                health_listen=None
+                if args.health_port is None
+                else (args.health_host, args.health_port),
             ),
             backend=args.loop,
         )

@@ -6,6 +6,10 @@ and closes both connections instead of forwarding it: the client sees its connec
 mid-statement after the server committed. Statement text is only on the wire when psycopg does
 not use a prepared statement, so clients under test use ``prepare_threshold=None``.
 
+:meth:`PgProxy.go_down` simulates the server going away without touching it: every open
+connection is closed and new ones are closed as soon as they are accepted, until
+:meth:`PgProxy.come_up`.
+
 Server-to-client messages are framed (a type byte and a length) from the first one on, as long
 as no SSL or GSS encryption is negotiated: :meth:`PgProxy.url` turns both off.
 """
@@ -34,7 +38,7 @@ class _Conn:
 class PgProxy:
     """Listens on localhost; ``await tg.start(proxy.serve)`` returns the port."""
 
-    def __init__(self, server_url: str, marker: bytes) -> None:
+    def __init__(self, server_url: str, marker: bytes = b"") -> None:
         parts = urllib.parse.urlsplit(server_url)
         self._target = (parts.hostname or "127.0.0.1", parts.port or 5432)
         self._marker = marker
@@ -43,6 +47,19 @@ class PgProxy:
         #: replies dropped so far, and set at the first
         self.drops = 0
         self.dropped = anyio.Event()
+        self._down = False
+        self._open: set[anyio.CancelScope] = set()
+        #: connections refused while down
+        self.refused = 0
+
+    def go_down(self) -> None:
+        """Close every connection, and refuse new ones until :meth:`come_up`."""
+        self._down = True
+        for scope in self._open:
+            scope.cancel("the proxy went down")
+
+    def come_up(self) -> None:
+        self._down = False
 
     def arm(self, times: int = 1) -> None:
         """Drop the reply of the next ``times`` statements containing the marker."""
@@ -74,14 +91,24 @@ class PgProxy:
 
     async def _handle(self, client: SocketStream) -> None:
         conn = _Conn()
+        if self._down:
+            self.refused += 1
+            await client.aclose()
+            return
         try:
             server = await anyio.connect_tcp(*self._target)
         except OSError:
             await client.aclose()
             return
-        async with client, server, anyio.create_task_group() as tg:
-            tg.start_soon(self._to_server, client, server, conn, tg.cancel_scope)
-            tg.start_soon(self._to_client, server, client, conn, tg.cancel_scope)
+        scope = anyio.CancelScope()
+        self._open.add(scope)
+        try:
+            with scope:
+                async with client, server, anyio.create_task_group() as tg:
+                    tg.start_soon(self._to_server, client, server, conn, tg.cancel_scope)
+                    tg.start_soon(self._to_client, server, client, conn, tg.cancel_scope)
+        finally:
+            self._open.discard(scope)
 
     async def _to_server(
         self,

@@ -42,6 +42,7 @@ from .._job import FINALIZED_STATES, JobRow, JobState
 from .._logging import client_extra, job_extra, jobs_extra
 from .._wait import JobWaiters
 from ..drivers import CompletionResult, Driver, JobCompletion
+from ._health import Contact
 from ._util import Wakeup
 
 __all__ = ["Completer", "CompleterStatistics", "Finished"]
@@ -155,6 +156,8 @@ class Completer:
         self._races = 0
         self._requeued = 0
         self._dropped = 0
+        #: the writes' round trips (for health)
+        self.contact = Contact()
 
     def statistics(self) -> CompleterStatistics:
         return CompleterStatistics(
@@ -324,9 +327,11 @@ class Completer:
                         client_id=self._client_id,
                         return_rows=self._events.active,  # rows are only needed for events
                     )
+                self.contact.ok(anyio.current_time())  # once per batch
                 return results, None
             except (DatabaseError, TimeoutError) as exc:
                 last_error = exc
+                self.contact.failed(exc)
                 transient = isinstance(exc, TimeoutError) or exc.transient
                 logger.log(
                     logging.WARNING if transient else logging.ERROR,

@@ -30,6 +30,7 @@ from .._errors import DatabaseError
 from .._events import Event, EventHub, EventKind
 from ..drivers import TOPIC_LEADERSHIP, Driver, LeaderRow, Notification
 from ._clock import SystemClock
+from ._health import Contact
 from ._util import Wakeup
 
 if TYPE_CHECKING:
@@ -104,6 +105,8 @@ class Elector:
         #: leadership terms begun, and the services of the current (or last) term
         self.terms = 0
         self.services: tuple[LeaderService, ...] = ()
+        #: the lease's round trips (for health)
+        self.contact = Contact()
 
     @property
     def is_leader(self) -> bool:
@@ -176,6 +179,7 @@ class Elector:
                             leader_id=self._client_id, ttl=self.ttl, now=self._now()
                         )
             except (DatabaseError, TimeoutError) as exc:
+                self.contact.failed(exc)
                 failures += 1
                 delay = _backoff(failures, 7)
                 hint = (
@@ -193,6 +197,7 @@ class Elector:
                 )
                 await anyio.sleep(delay)
                 continue
+            self.contact.ok(started)
             if row is not None:
                 return self._term(row, started)
             failures = 0
@@ -279,6 +284,7 @@ class Elector:
                         now=self._now(),
                     )
             except (DatabaseError, TimeoutError) as exc:
+                self.contact.failed(exc)
                 failures += 1
                 remaining = term.trusted_until - anyio.current_time()
                 if remaining <= 0:
@@ -294,6 +300,7 @@ class Elector:
                 await anyio.sleep(delay)
                 wait = 0  # the window shrank already: retry right after the back-off
                 continue
+            self.contact.ok(started)
             if row is None:
                 logger.warning("elector: %s lost the lease", self._client_id)
                 return "lost"

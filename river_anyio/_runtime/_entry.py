@@ -37,7 +37,7 @@ from anyio.abc import TaskStatus
 
 from .._client import Client
 from .._config import CONFIG_OPTIONS, ClientConfig, Config, ConfigOptions, client_config
-from .._errors import ClientCrashedError, ConfigError
+from .._errors import ClientCrashedError, ConfigError, ConnectionLostError
 from .._events import EventHub
 from ..drivers import Dialect, Driver, dialect_of_url, open_dialect_driver
 from ..migrate._migrator import AUTO_LINES, Migrator, require_schema
@@ -164,19 +164,52 @@ async def run_prepared(prepared: Prepared, *, task_status: TaskStatus[ClientRun]
     """Open the driver (unless the caller brought one) and run the client on it. Exceptions
     leave as the run raised them; the entry points apply the policy."""
     config = prepared.config
-    async with _driver_for(prepared) as driver:
-        client = Client(
-            driver,
-            id=config.id,
-            max_attempts=config.max_attempts,
-            middleware=config.middleware,
-            hooks=config.hooks,
-            periodic_jobs=config.periodic_jobs,
-            never_leader=config.leader_election_disabled,
-            database_url=prepared.url,
+    # The client exists before its database is open (``wait_for_database`` hands it out
+    # then); until the database answers it is on a driver that says so.
+    client = Client(
+        prepared.driver or UnopenedDriver(prepared.dialect, config.schema),
+        id=config.id,
+        max_attempts=config.max_attempts,
+        middleware=config.middleware,
+        hooks=config.hooks,
+        periodic_jobs=config.periodic_jobs,
+        never_leader=config.leader_election_disabled,
+        database_url=prepared.url,
+    )
+    run = ClientRun(client, config, EventHub())
+    await run._serve(
+        lambda: _driver_for(prepared), config.clock or SystemClock(), task_status=task_status
+    )
+
+
+class UnopenedDriver:
+    """The driver of a client whose database has not answered yet (``wait_for_database``):
+    every use raises :class:`ConnectionLostError`."""
+
+    def __init__(self, dialect: Dialect, schema: str | None) -> None:
+        self.dialect = dialect
+        self.schema = schema
+        self.supports_listen_notify = True
+
+    def _error(self) -> ConnectionLostError:
+        return ConnectionLostError(
+            "the database has not answered yet (the client waits for it: wait_for_database)"
         )
-        run = ClientRun(client, config, EventHub())
-        await run._run(driver, config.clock or SystemClock(), task_status=task_status)
+
+    def executor(self) -> Any:
+        raise self._error()
+
+    def transaction(self) -> Any:
+        raise self._error()
+
+    def executor_for(self, conn: object) -> Any:
+        raise self._error()
+
+    def listener(self) -> Any:
+        raise self._error()
+
+    async def aclose(self) -> None:
+        return None
 
 
 # --- the exception policy -------------------------------------------------------------------

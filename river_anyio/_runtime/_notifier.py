@@ -21,6 +21,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 
 from .._errors import ConnectionLostError, DatabaseError
 from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, TOPIC_LEADERSHIP, Driver, Listener, Notification
+from ._health import Contact
 from ._util import Backoff
 
 __all__ = ["Notifier"]
@@ -47,6 +48,10 @@ class Notifier:
         self._backoff = Backoff()
         self.reconnects = 0
         self.dropped = 0
+        #: for health: round trips (connects, pings), and since when it is (dis)connected
+        self.contact = Contact()
+        self.connected_at: float | None = None
+        self.down_since: float | None = None
 
     def subscribe(
         self, owner: object, topics: Collection[str] = PRODUCER_TOPICS
@@ -89,6 +94,9 @@ class Notifier:
             try:
                 async with AsyncExitStack() as stack:
                     listener = await self._connect(stack)
+                    self.connected_at = anyio.current_time()
+                    self.down_since = None
+                    self.contact.ok(self.connected_at)
                     if first:
                         first = False
                         task_status.started()
@@ -104,15 +112,19 @@ class Notifier:
                                 await reconcile()
                     self._backoff.reset()
                     failures: list[BaseException] = []
-                    async with anyio.create_task_group() as tg:
-                        if hasattr(listener, "ping"):
-                            tg.start_soon(self._ping, listener, tg.cancel_scope, failures)
-                        try:
-                            async for note in listener:
-                                self._deliver(note)
-                        except DatabaseError as exc:
-                            failures.append(exc)
-                        tg.cancel_scope.cancel("listener closed")
+                    try:
+                        async with anyio.create_task_group() as tg:
+                            if hasattr(listener, "ping"):
+                                tg.start_soon(self._ping, listener, tg.cancel_scope, failures)
+                            try:
+                                async for note in listener:
+                                    self._deliver(note)
+                            except DatabaseError as exc:
+                                failures.append(exc)
+                            tg.cancel_scope.cancel("listener closed")
+                    finally:
+                        self.connected_at = None
+                        self.down_since = anyio.current_time()
                     failure = failures[0] if failures else None
                     if isinstance(failure, DatabaseError):
                         raise failure
@@ -120,6 +132,7 @@ class Notifier:
             except DatabaseError as exc:
                 if first:
                     raise  # cannot listen at start-up: the client does not start
+                self.contact.failed(exc)
                 delay = self._backoff.next_delay()
                 logger.warning(
                     "notifier: listening failed (retrying in %.2fs): %s",
@@ -138,6 +151,7 @@ class Notifier:
                 await anyio.sleep(PING_INTERVAL)
                 with anyio.fail_after(PING_INTERVAL):
                     await listener.ping()  # type: ignore[attr-defined]
+                self.contact.ok(anyio.current_time())
         except (DatabaseError, TimeoutError) as exc:
             failures.append(exc)
             scope.cancel("listener ping failed")

@@ -141,6 +141,11 @@ class FetchPacer:
             return NO_LOW_WATER
         return mark
 
+    @property
+    def last_claim_at(self) -> float | None:
+        """When the last successful claim returned (the clock's time), None before one."""
+        return None if self._last_claim is None else self._last_claim[0]
+
     def failed(self, delay: float) -> None:
         """A claim failed: the next one waits ``delay`` (a back-off), then the poll timer."""
         self._next_poll = self._clock() + delay

@@ -36,6 +36,7 @@ from .._queue_limits import LIMITS_TABLE, limits_table_missing
 from ..drivers import Driver, Notification
 from ._completer import Completer, Finished
 from ._control import HOT_OPERATION_TIMEOUT, QueueControl
+from ._health import Contact
 from ._pacing import FetchPacer
 from ._pool import WorkerPool
 from ._recovery import LostClaims
@@ -103,18 +104,26 @@ class Producer:
             resumed=self._resumed,
         )
         self._wake = Wakeup()
+        #: the listener is back after losing its connection: a back-off ends early
+        self._reconnected = Wakeup()
         #: the fetch loop's lifetime: cancelled by ``stop_fetching()``
         self._fetching = anyio.CancelScope()
         self._backoff = Backoff()
         self._lost_claims = LostClaims(driver, queue=queue, client_id=config.id)
         self.fetches = 0
         self.fetch_turns = 0
+        #: claims failing (its successes are the pacer's ``last_claim_at``)
+        self.contact = Contact()
 
     # --- controls (called by the supervisor and the notifier) ---------------------------------
 
     @property
     def paused(self) -> bool:
         return self._queue_control.paused
+
+    @property
+    def last_claim_at(self) -> float | None:
+        return self._pacer.last_claim_at
 
     @property
     def active_jobs(self) -> int:
@@ -146,7 +155,9 @@ class Producer:
 
     async def reconcile(self) -> None:
         """After missed notifications: re-poll the queue, and cancel running jobs that were
-        cancelled remotely meanwhile."""
+        cancelled remotely meanwhile. The listener reconnected, so the database answers
+        again: a claim backing off after failures is retried now."""
+        self._reconnected.set()
         await self._queue_control.reconcile()
 
     def _control(self, payload: dict[str, Any]) -> None:
@@ -216,7 +227,8 @@ class Producer:
             if delay:
                 pacer.failed(delay)
                 wake.clear()
-                await anyio.sleep(delay)
+                with anyio.move_on_after(delay):
+                    await self._reconnected.wait()
             if (idle := pacer.idle_time()) > 0:
                 with anyio.move_on_after(idle):
                     await wake.wait()
@@ -239,6 +251,8 @@ class Producer:
     async def _fetch_turn(self) -> float:
         lost = self._lost_claims
         if lost.pending_since is not None and not await lost.recover(self._pool.job_ids()):
+            if self.contact.failing_since is None:
+                self.contact.failing_since = anyio.current_time()
             return self._backoff.next_delay()  # a failed claim is not recovered yet
         if self._queue_control.paused:
             return 0.0
@@ -261,6 +275,8 @@ class Producer:
             return await self._claim_failed(exc)
         self._lost_claims.claimed(rows)
         self._backoff.reset()
+        self.contact.failing_since = None
+        self._reconnected.clear()
         pool.dispatch(rows)
         pool.low_water = pacer.claimed(len(rows), limit, len(pool), pool.finished)
         if hold > 0:
@@ -312,6 +328,7 @@ class Producer:
         have claimed when the failure leaves that open, and return the back-off delay before
         the next claim."""
         delay = self._backoff.next_delay()
+        self.contact.failed(exc)
         transient = isinstance(exc, TimeoutError) or getattr(exc, "transient", False)
         logger.log(
             logging.WARNING if transient else logging.ERROR,

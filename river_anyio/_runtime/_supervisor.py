@@ -2,6 +2,9 @@
 
 ::
 
+    health endpoint                   (``health_listen``) answers GET /health until the run ends
+    database                          opened (with ``wait_for_database``, retried until it
+                                      answers, the run reported started before it)
     root                              the run; cancelled from outside: a hard stop
     ├─ lag monitor
     ├─ notifier                       ready once listening (start fails otherwise)
@@ -34,6 +37,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager, AsyncExitStack
 from typing import Any
 
 import anyio
@@ -44,13 +48,21 @@ from anyio.streams.memory import MemoryObjectSendStream
 
 from .._client import Client
 from .._config import ClientConfig, QueueConfig
-from .._errors import ClientCrashedError, ConfigError, NotFoundError, ValidationError
+from .._errors import (
+    ClientCrashedError,
+    ConfigError,
+    DatabaseError,
+    NotFoundError,
+    ValidationError,
+)
 from .._events import EventHub, EventKind, Subscription
+from .._health import Health
 from .._logging import client_extra, queue_extra
 from ..drivers import Driver
 from ._clock import Clock
 from ._completer import Completer, CompleterStatistics, Finished
 from ._elector import Elector, LeaderService
+from ._health import Contact, HealthServer, health
 from ._lag import LagMonitor
 from ._maintenance import (
     JobCleaner,
@@ -64,12 +76,15 @@ from ._notifier import ALL_TOPICS, TOPICS, Notifier
 from ._periodic import PeriodicEnqueuer
 from ._producer import Producer
 from ._runner import JobRunner
-from ._util import STOP_AND_CANCEL_REASON
+from ._util import STOP_AND_CANCEL_REASON, Backoff
 from ._util import leaves as _leaves
 
 __all__ = ["ClientCrashedError", "ClientRun", "Diagnostics", "leader_services"]
 
 logger = logging.getLogger("river_anyio.client")
+
+#: ``wait_for_database``: attempts to reach the database back off from 0.5 s to this.
+WAIT_FOR_DATABASE_MAX_DELAY = 5.0
 
 
 @attrs.frozen(kw_only=True)
@@ -113,6 +128,8 @@ class _Queue:
 #: A request to start working a queue, and where its outcome goes (None: started).
 _QueueRequest = tuple[str, QueueConfig, MemoryObjectSendStream[BaseException | None]]
 _NewProducer = Callable[[str, ClientConfig], Producer]
+#: Opens the client's database (and checks its schema): the driver while it is entered.
+OpenDatabase = Callable[[], AbstractAsyncContextManager[Driver]]
 
 
 class ClientRun:
@@ -129,6 +146,14 @@ class ClientRun:
         # is applied as they are entered.
         self._jobs_scope = anyio.CancelScope()
         self._elector_scope = anyio.CancelScope()
+        #: ``wait_for_database``: the attempts to reach the database, ended by a stop
+        self._waiting_scope = anyio.CancelScope()
+        #: the database answered and the configured queues are worked
+        self._working = anyio.Event()
+        #: the start's round trips (opening the database, checking its schema)
+        self._start_contact = Contact()
+        #: the port ``GET /health`` is answered on (``health_listen``), once bound
+        self.health_port: int | None = None
         # local queues: requests served inside the producers group, closed when a stop begins
         self._queue_requests, self._queue_requests_received = anyio.create_memory_object_stream[
             _QueueRequest
@@ -179,6 +204,7 @@ class ClientRun:
             queue.producer.stop_fetching()
         self._queue_requests.close()
         self._elector_scope.cancel("client stopping")  # resign now; maintenance ends too
+        self._waiting_scope.cancel("client stopping")
 
     async def wait(self) -> None:
         """Wait until the run has fully stopped."""
@@ -204,6 +230,21 @@ class ClientRun:
     def is_leader(self) -> bool:
         """Whether this client currently holds River's leadership lease."""
         return self._elector is not None and self._elector.is_leader
+
+    def health(self) -> Health:
+        """The client's health now: ``ok``, the reasons it is not, and the facts behind it
+        (see :class:`~river_anyio.Health`; thresholds in ``Config.health``). Read from what
+        the run already records: no query is sent, so probes may call it as often as they
+        like. Call it from the client's event loop."""
+        return health(self)
+
+    @property
+    def _waiting_for_database(self) -> bool:
+        return (
+            self.config.wait_for_database
+            and not self._working.is_set()
+            and not self._stopped.is_set()
+        )
 
     def subscribe(self, *kinds: EventKind | str) -> Subscription:
         """Events of the given kinds (all when none given), in a bounded buffer of 1,000."""
@@ -365,6 +406,83 @@ class ClientRun:
 
     # --- the run ------------------------------------------------------------------------------
 
+    async def _serve(
+        self, open_database: OpenDatabase, clock: Clock, *, task_status: TaskStatus[ClientRun]
+    ) -> None:
+        """Open the database and run on it; with ``health_listen``, answer ``GET /health``
+        from before the database is opened until the run has ended."""
+        listen = self.config.health_listen
+        try:
+            if listen is None:
+                await self._open_and_run(open_database, clock, task_status=task_status)
+                return
+            try:
+                async with anyio.create_task_group() as tg:
+                    server = HealthServer(self.health, host=listen[0], port=listen[1])
+                    self.health_port = await tg.start(server.run, name="river health endpoint")
+                    await self._open_and_run(open_database, clock, task_status=task_status)
+                    tg.cancel_scope.cancel("client stopped")
+            except BaseExceptionGroup as group:
+                if self._started.is_set():
+                    raise
+                _raise_start_failure(group)
+        finally:
+            self._finish()
+
+    async def _open_and_run(
+        self, open_database: OpenDatabase, clock: Clock, *, task_status: TaskStatus[ClientRun]
+    ) -> None:
+        async with AsyncExitStack() as stack:
+            if self.config.wait_for_database:
+                # started at once: the block is entered while the database may be down, and
+                # health() says so
+                self._report_started(task_status)
+                driver = await self._wait_for_database(stack, open_database)
+                if driver is None:  # stopped before the database answered
+                    return
+            else:
+                driver = await stack.enter_async_context(open_database())
+                self._start_contact.ok(anyio.current_time())
+            self.client._driver = driver
+            await self._run(driver, clock, task_status=task_status)
+
+    async def _wait_for_database(
+        self, stack: AsyncExitStack, open_database: OpenDatabase
+    ) -> Driver | None:
+        """Open the database, retrying with back-off while it cannot be reached; None when
+        a stop begins first. Other failures (a schema that is not current) are raised."""
+        backoff = Backoff(first=0.5, cap=WAIT_FOR_DATABASE_MAX_DELAY)
+        contact = self._start_contact
+        client_id = self.config.id
+        with self._waiting_scope:
+            while True:
+                try:
+                    driver = await stack.enter_async_context(open_database())
+                except (DatabaseError, OSError, TimeoutError) as exc:
+                    contact.failed(exc)
+                    delay = backoff.next_delay()
+                    logger.error(
+                        "client %s: the database cannot be reached (attempt %d, retrying in "
+                        "%.1fs; the client reports itself not ok until it answers): %s",
+                        client_id,
+                        backoff.failures,
+                        delay,
+                        contact.error,
+                        extra=client_extra("database_unreachable", client_id),
+                    )
+                    await anyio.sleep(delay)
+                    continue
+                contact.ok(anyio.current_time())
+                if backoff.failures:
+                    logger.warning(
+                        "client %s: the database answered after %d failed attempts; starting",
+                        client_id,
+                        backoff.failures,
+                        extra=client_extra("database_reachable", client_id),
+                    )
+                return driver
+        return None
+
     async def _run(
         self,
         driver: Driver,
@@ -402,24 +520,28 @@ class ClientRun:
         except BaseExceptionGroup as group:
             if self._started.is_set():
                 raise
-            # a start-up failure surfaces as one plain exception
-            cancelled = anyio.get_cancelled_exc_class()
-            real = [e for e in _leaves(group) if not isinstance(e, cancelled)]
-            if len(real) == 1:
-                raise real[0] from None
-            raise
+            _raise_start_failure(group)
         finally:
-            self.client._after_insert = None
-            self.client._local_control = None
-            self.client.local_queues._host = None
-            self._refuse_queue_requests()
-            if self._notifier is not None:
-                self._notifier.close()
-            self._events.close()
-            self._stopped.set()
-            logger.info(
-                "client %s stopped", config.id, extra=client_extra("client_stopped", config.id)
-            )
+            self._finish()
+
+    def _finish(self) -> None:
+        """The run has ended (however: stopped, crashed, or before it could open the
+        database): nothing is accepted any more and ``wait()`` returns."""
+        if self._stopped.is_set():
+            return
+        self.client._after_insert = None
+        self.client._local_control = None
+        self.client.local_queues._host = None
+        self._refuse_queue_requests()
+        if self._notifier is not None:
+            self._notifier.close()
+        self._events.close()
+        self._stopped.set()
+        logger.info(
+            "client %s stopped",
+            self.config.id,
+            extra=client_extra("client_stopped", self.config.id),
+        )
 
     async def _run_elector(self, elector: Elector) -> None:
         with self._elector_scope:
@@ -491,6 +613,7 @@ class ClientRun:
                         async with anyio.create_task_group() as producers:
                             for name, queue_config in config.queues.items():
                                 await self._start_queue(producers, new_producer, name, queue_config)
+                            self._working.set()
                             self._report_started(task_status)
                             await self._serve_queue_requests(producers, new_producer)
                 finally:
@@ -509,9 +632,10 @@ class ClientRun:
         self.client.local_queues._host = self
         task_status.started(self)
         logger.info(
-            "client %s started (%d queues)",
+            "client %s started (%d queues)%s",
             self.config.id,
             len(self.config.queues),
+            "; waiting for the database" if self._waiting_for_database else "",
             extra=client_extra("client_started", self.config.id),
         )
 
@@ -524,6 +648,15 @@ class ClientRun:
                 "soft stop timeout passed; running jobs were cancelled",
                 extra=client_extra("stop_timeout", self.client.id),
             )
+
+
+def _raise_start_failure(group: BaseExceptionGroup[BaseException]) -> None:
+    """A start-up failure surfaces as one plain exception (the group if there are more)."""
+    cancelled = anyio.get_cancelled_exc_class()
+    real = [e for e in _leaves(group) if not isinstance(e, cancelled)]
+    if len(real) == 1:
+        raise real[0] from None
+    raise group
 
 
 def _not_running() -> ValidationError:

@@ -22,6 +22,11 @@ worker) then exit with the error. Others only report a lifespan failure when the
 the crash into the server so that it stops instead of serving with a dead client::
 
     await hypercorn.asyncio.serve(app, config, shutdown_trigger=river.shutdown_trigger(stop.wait))
+
+A readiness endpoint answers 200 with :meth:`ClientRun.health() <river_anyio.ClientRun.health>`
+as JSON while the client is ok, and 503 with the reasons when it is not (or not running)::
+
+    app = Starlette(routes=[health_route("/health"), ...], lifespan=river)
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from typing import Any, Unpack
+from typing import TYPE_CHECKING, Any, Unpack
 
 import anyio
 
@@ -40,7 +45,12 @@ from .._runtime._entry import open_prepared, prepare
 from .._runtime._supervisor import ClientRun
 from ..drivers import Driver
 
-__all__ = ["RiverLifespan", "river_lifespan"]
+if TYPE_CHECKING:
+    from starlette.requests import Request
+    from starlette.responses import Response
+    from starlette.routing import Route
+
+__all__ = ["RiverLifespan", "health_endpoint", "health_response", "health_route", "river_lifespan"]
 
 logger = logging.getLogger("river_anyio.client")
 
@@ -150,3 +160,48 @@ def river_lifespan(
     """A Starlette lifespan running an ``open_client(database, config, **options)`` client
     while the app runs, as ``request.state.<state_key>`` and ``app.state.<state_key>``."""
     return RiverLifespan(database, config, lifespan=lifespan, state_key=state_key, **options)
+
+
+# --- readiness -------------------------------------------------------------------------------
+
+_NOT_RUNNING = {"ok": False, "reasons": ["the river_anyio client is not running"]}
+
+
+def health_response(run: ClientRun | None) -> Response:
+    """``run``'s health as JSON: 200 when ok, 503 when not or when ``run`` is None (the
+    lifespan is not running). Never cached."""
+    from starlette.responses import JSONResponse
+
+    headers = {"Cache-Control": "no-store"}
+    if run is None:
+        return JSONResponse(_NOT_RUNNING, status_code=503, headers=headers)
+    health = run.health()
+    return JSONResponse(health.as_dict(), status_code=200 if health.ok else 503, headers=headers)
+
+
+def _run_of(request: Request, state_key: str) -> ClientRun | None:
+    run = getattr(request.state, state_key, None)
+    if run is None:
+        run = getattr(request.app.state, state_key, None)
+    return run if isinstance(run, ClientRun) else None
+
+
+async def health_endpoint(request: Request) -> Response:
+    """A Starlette endpoint answering with the health of the client that
+    :func:`river_lifespan` runs (``request.state.river``): 200 and the JSON of
+    :meth:`Health.as_dict() <river_anyio.Health.as_dict>` when ok, 503 when not."""
+    return health_response(_run_of(request, "river"))
+
+
+def health_route(path: str = "/health", *, state_key: str = "river") -> Route:
+    """A ``GET``/``HEAD`` route at ``path`` answering like :func:`health_endpoint`, for the
+    client stored under ``state_key`` (``river_lifespan(..., state_key=...)``)."""
+    from starlette.routing import Route
+
+    if not isinstance(state_key, str) or not state_key.isidentifier():
+        raise ConfigError("state_key", "must be a Python identifier", state_key)
+
+    async def endpoint(request: Request) -> Response:
+        return health_response(_run_of(request, state_key))
+
+    return Route(path, endpoint, methods=["GET", "HEAD"], include_in_schema=False)

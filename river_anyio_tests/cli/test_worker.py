@@ -9,6 +9,7 @@ command itself makes the application importable.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ import textwrap
 import urllib.parse
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
@@ -28,6 +30,8 @@ import river_anyio as river
 from river_anyio._worker_cli import DEFAULT_MAX_WORKERS, DatabaseSource, database_from
 from river_anyio.drivers import open_driver
 from river_anyio.migrate import Migrator
+
+from ..pgproxy import PgProxy
 
 REPO = Path(__file__).resolve().parents[2]
 #: Bounds on waits for conditions (they are met in well under a second normally).
@@ -113,6 +117,12 @@ APP = textwrap.dedent(
 
 
     crashing = river.Config(workers=workers, clock=CrashingClock())
+
+    # quick to call its database unreachable
+    probed = river.Config(
+        workers=workers,
+        health=river.HealthConfig(database_failing_after=0.5, fetch_failing_after=0.5),
+    )
     '''
 )
 
@@ -580,6 +590,8 @@ def test_bad_module_attr_is_one_line(
         (("--log-level", "loud"), "argument --log-level: invalid choice"),
         (("--database-url", "mysql://u:pw@h/d"), "--database-url: must be a postgres:// or"),
         ((), "no database: pass --database-url, or set RIVER_DATABASE_URL"),
+        (("--health-port", "70000"), "argument --health-port: must be between 0 and 65535"),
+        (("--health-port", "http"), "argument --health-port: must be a port number"),
     ],
 )
 def test_bad_flags_are_usage_errors(
@@ -606,6 +618,81 @@ def test_help_describes_every_flag() -> None:
     assert proc.returncode == 0
     for flag in (
         "MODULE:ATTR", "--database-url", "--queue", "--loop", "--soft-stop-timeout",
-        "--log-level", "--auto-migrate",
+        "--log-level", "--auto-migrate", "--health-port", "--health-host",
+        "--wait-for-database",
     ):  # fmt: skip
         assert flag in proc.stdout
+
+
+# --- GET /health -------------------------------------------------------------------------------
+
+
+async def _get(url: str) -> tuple[int, dict[str, Any]]:
+    """A plain HTTP/1.1 GET; the status and the decoded JSON body."""
+    parts = urllib.parse.urlsplit(url)
+    assert parts.hostname is not None and parts.port is not None
+    with anyio.fail_after(WITHIN):
+        async with await anyio.connect_tcp(parts.hostname, parts.port) as stream:
+            await stream.send(f"GET {parts.path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+            chunks = []
+            with contextlib.suppress(anyio.EndOfStream):
+                while True:
+                    chunks.append(await stream.receive())
+    head, _, body = b"".join(chunks).partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), head
+    return int(head.split()[1]), json.loads(body)
+
+
+async def _status_until(url: str, status: int) -> dict[str, Any]:
+    """Probe ``url`` until it answers ``status`` (as an orchestrator would)."""
+    with anyio.fail_after(WITHIN):
+        while True:
+            got, body = await _get(url)
+            if got == status:
+                return body
+            await anyio.sleep(0.05)
+
+
+@pytest.mark.anyio
+async def test_health_port_answers_503_until_the_database_answers_when_it_is_gone_or_stopping(
+    anyio_backend: str, pg_url: str, app_dir: Path, launcher: Path
+) -> None:
+    proxy = PgProxy(pg_url)
+    proxy.go_down()  # down when the worker starts: it waits for its database
+    async with anyio.create_task_group() as tg:
+        await tg.start(proxy.serve)
+        async with worker(
+            launcher, app_dir, "workerapp:probed", "--database-url", proxy.url(pg_url),
+            "--queue", "default=2", "--loop", anyio_backend, "--health-port", "0",
+            "--wait-for-database",
+        ) as w:  # fmt: skip
+            url = _fields(w.start_line)["health"]
+            assert url.startswith("http://127.0.0.1:") and url.endswith("/health")
+            status, body = await _get(url)
+            assert status == 503 and body["database"]["waiting"] is True, body
+            assert body["reasons"][0].startswith("waiting for the database")
+            await w.logged("the database cannot be reached")
+            proxy.come_up()
+            body = await _status_until(url, 200)
+            assert body["ok"] is True and body["reasons"] == []
+            assert set(body["queues"]) == {"default"}
+            missing, _ = await _get(url.replace("/health", "/nope"))
+            assert missing == 404
+
+            proxy.go_down()
+            body = await _status_until(url, 503)
+            assert body["database"]["reachable"] is False
+            assert body["reasons"][0].startswith("database unreachable for")
+            proxy.come_up()
+            await _status_until(url, 200)
+
+            (job_id,) = await _insert(pg_url, Gate())
+            body = await _status_until(url, 200)
+            await _running(pg_url, 1)
+            w.signal(signal.SIGTERM)  # stopping, while the job runs
+            body = await _status_until(url, 503)
+            assert body["stopping"] is True and body["reasons"] == ["the client is stopping"]
+            (app_dir / "release").touch()
+            assert await w.exit_code() == 0
+        tg.cancel_scope.cancel("test over")
+    assert [j.id for j in await _jobs(pg_url, river.JobState.COMPLETED)] == [job_id]

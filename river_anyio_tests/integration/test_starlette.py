@@ -1,7 +1,8 @@
 """river_anyio.contrib.starlette end to end: Hypercorn serving a Starlette app in-process,
 under its trio worker and its asyncio worker, on PostgreSQL and SQLite; a real HTTP request
 inserts a job that a worker runs; shutting the server down stops the client gracefully; a
-crashing client stops the server with the error."""
+crashing client stops the server with the error; the readiness route answers 503 while the
+database is down and 200 once it answers."""
 
 from __future__ import annotations
 
@@ -22,10 +23,17 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 import river_anyio as river
-from river_anyio.contrib.starlette import RiverLifespan, river_lifespan
+from river_anyio.contrib.starlette import (
+    RiverLifespan,
+    health_endpoint,
+    health_response,
+    health_route,
+    river_lifespan,
+)
 from river_anyio.drivers import open_driver
 
 from ..faulty import open_faulty
+from ..pgproxy import PgProxy
 
 pytestmark = pytest.mark.anyio
 
@@ -86,11 +94,13 @@ async def wait_listening(port: int) -> None:
             return
 
 
-async def post_json(port: int, path: str, payload: object) -> tuple[int, Any]:
-    """A plain HTTP/1.1 request over a socket; returns the status and the decoded body."""
-    body = json.dumps(payload).encode()
+async def post_json(port: int, path: str, payload: object | None) -> tuple[int, Any]:
+    """A plain HTTP/1.1 request over a socket (a GET when ``payload`` is None); returns the
+    status and the decoded body."""
+    body = b"" if payload is None else json.dumps(payload).encode()
+    method = "GET" if payload is None else "POST"
     head = (
-        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+        f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     ).encode()
     chunks = []
@@ -299,3 +309,69 @@ def test_options_are_checked_when_the_lifespan_is_built() -> None:
         river_lifespan("mysql://x")
     with pytest.raises(river.ConfigError, match="state_key"):
         river_lifespan("sqlite://x.db", state_key="not valid")
+
+
+# --- readiness -------------------------------------------------------------------------------
+
+
+async def get_until(port: int, path: str, status: int) -> Any:
+    """GET ``path`` until it answers ``status`` (polled like a probe); returns the body."""
+    with anyio.fail_after(SOON):
+        while True:
+            got, body = await post_json(port, path, None)
+            if got == status:
+                return body
+            await anyio.sleep(0.05)
+
+
+async def test_the_health_route_answers_503_until_the_database_answers(
+    pg_url: str, anyio_backend: str
+) -> None:
+    """``wait_for_database``: the app starts serving while the database is down, its
+    readiness route answers 503 with the reason, then 200 once the client works."""
+    proxy = PgProxy(pg_url)
+    proxy.go_down()
+    port = free_port()
+    shutdown = anyio.Event()
+    with anyio.fail_after(SOON * 2):
+        async with anyio.create_task_group() as tg:
+            await tg.start(proxy.serve)
+            lifespan = river_lifespan(
+                proxy.url(pg_url),
+                queues={"default": river.QueueConfig(max_workers=2)},
+                workers=noop_workers(),
+                wait_for_database=True,
+                fetch_cooldown=0.01,
+                soft_stop_timeout=5,
+            )
+            routes = [health_route("/healthz"), Route("/ready", health_endpoint)]
+            app = Starlette(routes=routes, lifespan=lifespan)
+            tg.start_soon(serve, anyio_backend, app, port, shutdown.wait)
+            await wait_listening(port)
+            for path in ("/healthz", "/ready"):
+                status, body = await post_json(port, path, None)
+                assert status == 503, body
+                assert body["ok"] is False and body["database"]["waiting"] is True
+                assert body["reasons"][0].startswith("waiting for the database")
+
+            proxy.come_up()
+            body = await get_until(port, "/healthz", 200)
+            assert body["ok"] is True and body["reasons"] == []
+            assert body["database"]["reachable"] is True
+            assert set(body["queues"]) == {"default"}
+            assert (await post_json(port, "/ready", None))[0] == 200
+            shutdown.set()
+            await wait_until(lambda: lifespan.run is None)
+            tg.cancel_scope.cancel("test over")
+
+
+def test_the_health_response_of_no_client_is_503() -> None:
+    response = health_response(None)
+    assert response.status_code == 503
+    assert json.loads(bytes(response.body)) == {
+        "ok": False,
+        "reasons": ["the river_anyio client is not running"],
+    }
+    assert response.headers["cache-control"] == "no-store"
+    with pytest.raises(river.ConfigError, match="state_key"):
+        health_route(state_key="not valid")

@@ -473,6 +473,8 @@ def test_config_holds_rivers_defaults() -> None:
         "auto_migrate": False,
         "driver_options": {},
         "clock": None,
+        "health": river.HealthConfig(),
+        "wait_for_database": False,
     }
     assert {name: getattr(config, name) for name in expected} == expected
     assert isinstance(config.retry_policy, river.DefaultRetryPolicy)

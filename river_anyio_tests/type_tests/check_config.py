@@ -50,6 +50,16 @@ async def correct_calls(url: str, workers: river.Workers) -> None:
     ) as run:
         assert_type(run, river.ClientRun)
         assert_type(run.client, river.Client)
+        assert_type(run.health(), river.Health)
+        assert_type(run.health().queues["default"], river.QueueHealth)
+    async with river.open_client(
+        url,
+        wait_for_database=True,
+        health=river.HealthConfig(database_failing_after=dt.timedelta(seconds=10)),
+    ):
+        pass
+    async with river.open_client(url, wait_for_database="yes"):  # error: arg-type
+        pass
     config = river.Config(queues=queues, workers=workers, id="worker-1")
     assert_type(config.job_timeout, float | None)
     assert_type(config.fetch_cooldown, float)
