@@ -310,6 +310,12 @@ class ConnectionThread:
     def closed(self) -> bool:
         return self._closed
 
+    @property
+    def cancel_requested(self) -> threading.Event:
+        """Set once the unit of work now running has been cancelled. A unit that waits (the
+        listener's watch) checks it, since ``interrupt()`` only stops SQL statements."""
+        return self._cancel_wait
+
     # ---- running work ---------------------------------------------------------------------------
 
     async def run(self, fn: Callable[[apsw.Connection, *Ts], T], *args: *Ts) -> T:
