@@ -750,7 +750,16 @@ class SQLiteExecutor(SharedOperations):
     ) -> list[ScheduledJob]:
         q = self._q
         h, n = format_sqlite_timestamp(horizon), format_sqlite_timestamp(now)
-        return await self._write(lambda c: _op_schedule(c, q, h, n, int(limit)))
+        if self._session is None:
+            return await self._write(lambda c: _op_schedule(c, q, h, n, int(limit)))
+        self._check()
+        # The scheduler's transaction starts with this: when nothing is due (nearly always),
+        # it never begins (one read instead of BEGIN IMMEDIATE, the read and COMMIT).
+        return await self._session.run_if(
+            lambda c: _op_schedule_due(c, q, h),
+            lambda c: _op_schedule(c, q, h, n, int(limit)),
+            [],
+        )
 
     async def job_get_stuck(
         self, *, stuck_horizon: dt.datetime, after_id: int = 0, limit: int
@@ -924,6 +933,11 @@ def _op_leader_resign(conn: apsw.Connection, q: Queries, leader_id: str, elected
     payload = json.dumps({"leader_id": leader_id, "action": "resigned"}, separators=(",", ":"))
     conn.execute(q.notify_one, (TOPIC_LEADERSHIP, payload))
     return True
+
+
+def _op_schedule_due(conn: apsw.Connection, q: Queries, horizon: str) -> bool:
+    """Whether any job is due for :func:`_op_schedule` (a read, outside any transaction)."""
+    return conn.execute(q.schedule_eligible, (horizon, 1)).fetchone() is not None
 
 
 def _op_schedule(

@@ -6,15 +6,24 @@ listener connects (no replay of history); each topic also remembers ``max(id)`` 
 subscribed. Because SQLite serialises writers, ids become visible in increasing order, so the
 cursor never skips a row.
 
-When to read: a commit in this process pokes the listener (the driver calls :meth:`poke`), and
-a commit by any other connection (another process on the same file) changes the WAL index
-header, the first 48 bytes of the ``-shm`` file, whose change counter SQLite increments with
-every transaction (https://www.sqlite.org/walformat.html). The reader thread looks at that
-header every :data:`WATCH_INTERVAL` (one ``pread``, no SQL, no event-loop wake-up) and runs the
-outbox query only when it changed, so an idle listener runs no statement at all. A checkpoint
-or a truncated ``-wal`` file changes the header too (at worst one query finds nothing). Where
-there is no ``-shm`` file to watch (not in WAL mode, the in-memory database, no ``os.pread``)
-the listener falls back to polling the outbox every :data:`POLL_INTERVAL`.
+When to read: a commit in this process pokes the listener (the driver calls :meth:`poke`); a
+commit by any other connection (another process on the same file) is noticed without a SQL
+statement, so an idle listener runs none. The truth is the WAL index header (the first 48 bytes
+of the ``-shm`` file, whose change counter SQLite increments with every transaction,
+https://www.sqlite.org/walformat.html): the reader thread reads it (one ``pread``) and runs the
+outbox query only when it changed. When it reads it:
+
+- on Linux, when an inotify watch on the ``-wal`` file fires (every commit writes that file;
+  a checkpoint that truncates it, or a restart of the log from its start, too), then every
+  :data:`SETTLE` for a short while (the header is written just after the frames), and
+  otherwise every :data:`IDLE_CHECK`: an idle listener wakes once a second and runs no SQL;
+- elsewhere, every :data:`WATCH_INTERVAL`, River's poll interval;
+- without a WAL to watch (another journal mode, the in-memory database) the outbox itself is
+  polled every :data:`POLL_INTERVAL`, as River's SQLite listener does.
+
+Reads caused by changes are at least :data:`READ_SPACING` apart, which bounds the reads this
+process's own busy writer causes. The reader thread waits in ``select()`` on the inotify
+descriptor and a pipe that a poke (or a cancellation) writes to, so neither waits for a tick.
 
 Reads run on the listener's own read-only connection (WAL readers never wait for the writer),
 in its own thread, so they neither queue behind the writer's work nor delay it.
@@ -24,9 +33,13 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import ctypes
 import functools
 import json
 import os
+import select
+import struct
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -37,17 +50,25 @@ import apsw
 
 from ..._errors import ConnectionLostError
 from .._protocol import Notification
+from ._connection import quote_ident
 
 if TYPE_CHECKING:
     from ._connection import ConnectionThread
     from ._queries import Queries
 
-__all__ = ["POLL_INTERVAL", "WATCH_INTERVAL", "SQLiteListener"]
+__all__ = ["IDLE_CHECK", "POLL_INTERVAL", "READ_SPACING", "WATCH_INTERVAL", "SQLiteListener"]
 
 #: Poll interval without a WAL index to watch, as River's SQLite listener.
 POLL_INTERVAL: Final = 0.05
-#: How often the reader thread looks at the WAL index header for another connection's commit.
-WATCH_INTERVAL: Final = 0.005
+#: Without inotify: how often the reader thread reads the WAL index header (River's poll).
+WATCH_INTERVAL: Final = 0.05
+#: With inotify: how often it reads it anyway (a commit whose header update came late).
+IDLE_CHECK: Final = 1.0
+#: After the ``-wal`` file was written: read the header this often, SETTLE_TICKS times.
+SETTLE: Final = 0.002
+SETTLE_TICKS: Final = 25
+#: The least time from one outbox read to the next caused by a change (not by a poke).
+READ_SPACING: Final = 0.005
 #: A watch returns to the event loop at least this often (without reading the outbox).
 _WATCH_MAX: Final = 30.0
 _BATCH: Final = 256
@@ -66,13 +87,49 @@ def _op_after(conn: apsw.Connection, sql: str, after: int, topics: str, limit: i
     return [(int(i), str(t), str(p)) for i, t, p in conn.execute(sql, (after, topics, limit))]
 
 
-class _WalIndexWatch:
-    """Tells whether the database changed since the last look by reading the WAL index
-    header from the ``-shm`` file (used only in the reader thread)."""
+_IN_MODIFY: Final = 0x2
+_IN_GONE: Final = 0x400 | 0x800 | 0x8000  # IN_DELETE_SELF, IN_MOVE_SELF, IN_IGNORED
+_IN_NONBLOCK: Final = 0o4000
+_IN_CLOEXEC: Final = 0o2000000
+_EVENT: Final = struct.Struct("iIII")  # struct inotify_event without its name
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
+
+def _inotify_on(path: str) -> int | None:
+    """A non-blocking inotify descriptor reporting writes to ``path``; None where there is no
+    inotify (not Linux) or it cannot be had (no instance left, no such file)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        init, add = libc.inotify_init1, libc.inotify_add_watch
+    except (OSError, AttributeError):
+        return None
+    init.argtypes, init.restype = [ctypes.c_int], ctypes.c_int
+    add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    add.restype = ctypes.c_int
+    fd = int(init(_IN_NONBLOCK | _IN_CLOEXEC))
+    if fd < 0:
+        return None
+    if add(fd, os.fsencode(path), _IN_MODIFY | 0x400 | 0x800) < 0:
+        os.close(fd)
+        return None
+    return fd
+
+
+class _WalIndexWatch:
+    """What tells the listener that the database holding the outbox changed: its WAL index
+    header (the ``-shm`` file), an inotify descriptor on its ``-wal`` file (Linux) and a pipe
+    that wakes the reader thread. Everything but :meth:`wake` runs in the reader thread."""
+
+    def __init__(self, shm: int, inotify: int | None) -> None:
+        self._shm = shm
+        self.inotify = inotify
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
         self._seen = b""
+        self._head = b""
 
     @classmethod
     def open(cls, conn: apsw.Connection, schema: str | None) -> _WalIndexWatch | None:
@@ -80,32 +137,81 @@ class _WalIndexWatch:
         name = schema or "main"
         if not hasattr(os, "pread"):
             return None
-        row = conn.execute(f'PRAGMA "{name}".journal_mode').fetchone()
+        row = conn.execute(f"PRAGMA {quote_ident(name)}.journal_mode").fetchone()
         if not row or str(row[0]).lower() != "wal":
             return None
         path = conn.db_filename(name)
         if not path:
             return None
         try:
-            fd = os.open(path + "-shm", os.O_RDONLY)
+            shm = os.open(path + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         except OSError:
             return None
-        watch = cls(fd)
-        watch.changed()
+        watch = cls(shm, _inotify_on(path + "-wal"))
+        watch.pending()
+        watch.seen()
         return watch
 
-    def changed(self) -> bool:
+    def pending(self) -> bool:
+        """Whether the header differs from the one last marked :meth:`seen` (True if it
+        cannot be read: then only the outbox can tell)."""
         try:
-            head = os.pread(self._fd, _HEADER, 0)
+            self._head = os.pread(self._shm, _HEADER, 0)
         except OSError:
-            return True  # cannot tell: read the outbox
-        if head == self._seen:
-            return False
-        self._seen = head
+            self._head = b""
+            return True
+        return self._head != self._seen
+
+    def seen(self) -> None:
+        """The header last read is accounted for (the outbox is about to be read)."""
+        self._seen = self._head
+
+    def wake(self) -> None:
+        """Wake the reader thread's :meth:`wait` (from any thread; never blocks)."""
+        with contextlib.suppress(OSError):  # a full pipe is awake already
+            os.write(self._wake_w, b"!")
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until woken, the ``-wal`` file is written or ``timeout``; True if written."""
+        fds = [self._wake_r] if self.inotify is None else [self._wake_r, self.inotify]
+        ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+        if self._wake_r in ready:
+            with contextlib.suppress(OSError):
+                while os.read(self._wake_r, 4096):
+                    pass
+        return self.inotify is not None and self.inotify in ready and self._drain()
+
+    def _drain(self) -> bool:
+        """Consume the inotify events; if the ``-wal`` file went away (deleted or renamed),
+        give inotify up (the header is still read every :data:`WATCH_INTERVAL`)."""
+        fd = self.inotify
+        assert fd is not None
+        gone = False
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                gone = True
+                break
+            if not data:
+                break
+            pos = 0
+            while pos + _EVENT.size <= len(data):
+                _wd, mask, _cookie, length = _EVENT.unpack_from(data, pos)
+                gone = gone or bool(mask & _IN_GONE)
+                pos += _EVENT.size + length
+        if gone:
+            self.inotify = None
+            os.close(fd)
         return True
 
     def close(self) -> None:
-        os.close(self._fd)
+        for fd in (self._shm, self._wake_r, self._wake_w, self.inotify):
+            if fd is not None:
+                os.close(fd)
+        self.inotify = None
 
 
 def _op_watch(conn: apsw.Connection, schema: str | None) -> _WalIndexWatch | None:
@@ -130,21 +236,37 @@ def _op_follow(
     ``look_first``); the rows (maybe none) after a poke; None when cancelled or after
     :data:`_WATCH_MAX` without rows.
     """
-    deadline = time.monotonic() + _WATCH_MAX
+    now = time.monotonic()
+    deadline = now + _WATCH_MAX
+    next_read = now
     look = look_first
+    settle = 0
     while True:
         if poked.is_set():
             poked.clear()
-            watch.changed()  # the query below sees whatever this commit was
+            watch.pending()
+            watch.seen()  # the query below sees whatever this commit was
             return query(conn)
-        if watch.changed() or look:
+        now = time.monotonic()
+        due = look or watch.pending()
+        if due and now >= next_read:
             look = False
+            watch.seen()
             rows = query(conn)
             if rows:
                 return rows
-        if cancelled.is_set() or time.monotonic() >= deadline:
+            now = time.monotonic()
+            next_read = now + READ_SPACING
+            due = False
+        if cancelled.is_set() or now >= deadline:
             return None
-        poked.wait(WATCH_INTERVAL)
+        timeout = WATCH_INTERVAL if watch.inotify is None else (SETTLE if settle else IDLE_CHECK)
+        if due:
+            timeout = min(timeout, next_read - now)
+        if watch.wait(timeout):
+            settle = SETTLE_TICKS
+        elif settle:
+            settle -= 1
 
 
 class SQLiteListener:
@@ -173,6 +295,8 @@ class SQLiteListener:
         """Remember where the outbox ends now: earlier rows are never delivered."""
         self._last_id = await self._reader.run(_op_last_id, self._q.notification_last_id)
         self._watch = await self._reader.run(_op_watch, self._q.schema)
+        if self._watch is not None:
+            self._reader.cancel_hook = self._watch.wake
 
     @property
     def watching(self) -> bool:
@@ -199,11 +323,14 @@ class SQLiteListener:
         """Read the outbox now rather than at the next look (a notification was just committed)."""
         self._wake.set()
         self._poked.set()
+        if self._watch is not None:
+            self._watch.wake()
 
     async def aclose(self) -> None:
         self._closed = True
         self.poke()
         watch, self._watch = self._watch, None
+        self._reader.cancel_hook = None  # the watch's descriptors are closed below
         with anyio.CancelScope(shield=True):
             if watch is not None and not self._reader.closed:
                 with contextlib.suppress(ConnectionLostError):
