@@ -248,7 +248,7 @@ def _op_follow(
             watch.seen()  # the query below sees whatever this commit was
             return query(conn)
         now = time.monotonic()
-        due = look or watch.pending()
+        due = watch.pending() or look  # always read: seen() records this header
         if due and now >= next_read:
             look = False
             watch.seen()
