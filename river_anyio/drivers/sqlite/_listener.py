@@ -241,6 +241,7 @@ def _op_follow(
     next_read = now
     look = look_first
     settle = 0
+    written = False
     while True:
         if poked.is_set():
             poked.clear()
@@ -249,6 +250,10 @@ def _op_follow(
             return query(conn)
         now = time.monotonic()
         due = watch.pending() or look  # always read: seen() records this header
+        if written:
+            # the -wal file was written but the header not yet: a commit is under way
+            settle = 0 if due else SETTLE_TICKS
+            written = False
         if due and now >= next_read:
             look = False
             watch.seen()
@@ -263,9 +268,8 @@ def _op_follow(
         timeout = WATCH_INTERVAL if watch.inotify is None else (SETTLE if settle else IDLE_CHECK)
         if due:
             timeout = min(timeout, next_read - now)
-        if watch.wait(timeout):
-            settle = SETTLE_TICKS
-        elif settle:
+        written = watch.wait(timeout)
+        if settle and not written:
             settle -= 1
 
 
@@ -332,9 +336,11 @@ class SQLiteListener:
         watch, self._watch = self._watch, None
         self._reader.cancel_hook = None  # the watch's descriptors are closed below
         with anyio.CancelScope(shield=True):
-            if watch is not None and not self._reader.closed:
-                with contextlib.suppress(ConnectionLostError):
+            if watch is not None:
+                try:
                     await self._reader.run(_op_close_watch, watch)
+                except ConnectionLostError:
+                    watch.close()  # no thread left to wait on these descriptors
             await self._reader.aclose()
 
     def __aiter__(self) -> SQLiteListener:
