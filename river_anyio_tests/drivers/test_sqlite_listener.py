@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import anyio
@@ -209,6 +210,8 @@ async def test_idle_listener_reads_the_outbox_only_after_a_commit(sqlite_url: st
     with _OutboxReads() as reads:
         async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
             assert listener.watching
+            if sys.platform.startswith("linux"):  # woken by inotify on the -wal file
+                assert listener._watch is not None and listener._watch.inotify is not None
             await listener.listen(TOPIC_INSERT)
             send, receive = anyio.create_memory_object_stream[Notification](10)
             async with send, receive, anyio.create_task_group() as tg:
