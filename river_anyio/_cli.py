@@ -263,10 +263,12 @@ def _build_parser() -> _Parser:
         "bench",
         "Run River's benchmark: insert and work no-op jobs",
         "Inserts and works no-op jobs and reports jobs per second and latency percentiles. "
-        "-n inserts that many jobs first and times their drain; --duration works for that long "
-        "while inserting --rate jobs a second. Every job in the database is deleted first, so "
-        "a --database-url (or the PG* variables) needs --yes; without either, a temporary "
-        "SQLite file is used.",
+        "-n inserts that many jobs first and times their drain; --duration with --rate works "
+        "for that long while --rate jobs a second are inserted (by this client, or with "
+        "--inserter process by a separate process) and reports enqueue-to-start percentiles; "
+        "--duration alone keeps a backlog topped up as River's bench does. Every job in the "
+        "database is deleted first, so a --database-url (or the PG* variables) needs --yes; "
+        "without either, a temporary SQLite file is used.",
     )
     database_url(p)
     schema(p)
@@ -291,6 +293,20 @@ def _build_parser() -> _Parser:
         help="with --duration: insert this many jobs a second while working",
     )
     p.add_argument(
+        "--inserter",
+        choices=("client", "process"),
+        default="client",
+        help="with --rate: who inserts, the working client itself (default) or a separate "
+        "process with its own client on the same database",
+    )
+    p.add_argument(
+        "--backlog",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--duration without --rate: keep this many jobs waiting (default River's 75000)",
+    )
+    p.add_argument(
         "--loop",
         choices=("asyncio", "trio"),
         default="asyncio",
@@ -309,6 +325,13 @@ def _build_parser() -> _Parser:
         default=None,
         metavar="SECONDS",
         help="the client's minimum time between fetches (default: River's 0.1)",
+    )
+    p.add_argument(
+        "--fetch-poll-interval",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="the client's fetch when no notification came (default: River's 1)",
     )
     p.add_argument(
         "--yes", action="store_true", help="confirm that every job in the database may be deleted"
@@ -512,7 +535,7 @@ def _logging(args: argparse.Namespace, err: TextIO) -> Iterator[None]:
 
 
 def _bench(args: argparse.Namespace, out: TextIO) -> int:
-    from ._bench import run_bench
+    from ._bench import BACKLOG, run_bench
 
     if args.duration is not None and args.num_total_jobs is not None:
         raise _UsageError("use either --duration or --num-total-jobs, not both")
@@ -522,6 +545,16 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
         raise _UsageError("--rate needs --duration and must be positive")
     if not 1 <= args.max_workers <= 10_000:
         raise _UsageError("--max-workers must be between 1 and 10000")
+    if args.inserter == "process" and args.rate is None:
+        raise _UsageError("--inserter process needs --rate and --duration")
+    if args.backlog is not None and (args.duration is None or args.rate is not None):
+        raise _UsageError("--backlog is for --duration without --rate")
+    if args.backlog is not None and args.backlog < 1:
+        raise _UsageError("--backlog must be at least 1")
+    for flag in ("fetch_cooldown", "fetch_poll_interval"):
+        value = getattr(args, flag)
+        if value is not None and value <= 0:
+            raise _UsageError(f"--{flag.replace('_', '-')} must be positive")
     target = _target(args, required=False)
     try:
         return run_bench(
@@ -535,6 +568,9 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
             loop=args.loop,
             yes=args.yes,
             fetch_cooldown=args.fetch_cooldown,
+            fetch_poll_interval=args.fetch_poll_interval,
+            inserter=args.inserter,
+            backlog=BACKLOG if args.backlog is None else args.backlog,
             out=out,
         )
     except RiverError:

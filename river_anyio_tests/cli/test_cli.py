@@ -240,8 +240,89 @@ def test_bench_works_jobs_and_reports(tmp_path: Path) -> None:
     )
     assert code == 0, err
     assert re.search(r"worked \d+ jobs", out)
+    _check_enqueue_to_start(out)
+    assert "inserted by the working client" in out
     assert run("bench", "--duration", "soon")[0] == 2
     assert run("bench", "-n", "5", "--duration", "1s")[0] == 2
+    for bad in (
+        ["--inserter", "process", "-n", "5"],  # needs --rate
+        ["--backlog", "10", "--duration", "1s", "--rate", "5"],  # --backlog is continuous only
+        ["--backlog", "0", "--duration", "1s"],
+        ["--fetch-poll-interval", "0", "-n", "5"],
+    ):
+        code, _, err = run("bench", *bad)
+        assert code == 2, (bad, err)
+    code, _, err = run(
+        "bench", "--duration", "1s", "--rate", "5", "--inserter", "process",
+        "--database-url", "sqlite://:memory:",
+    )  # fmt: skip
+    assert code == 2 and "another process can open" in err
+
+
+def _percentiles(line: str) -> list[float]:
+    found = [float(v) for v in re.findall(r"p(?:50|95|99) ([\d.]+) ms", line)]
+    assert len(found) % 3 == 0 and found, line
+    for i in range(0, len(found), 3):
+        p50, p95, p99 = found[i : i + 3]
+        assert 0 <= p50 <= p95 <= p99, line
+    return found
+
+
+def _check_enqueue_to_start(out: str) -> int:
+    """The steady-rate report: every inserted job worked, and ordered percentiles."""
+    worked = int(re.search(r"worked ([\d,]+) jobs", out)[1].replace(",", ""))  # type: ignore[index]
+    m = re.search(r"enqueue-to-start over ([\d,]+) jobs: (.*)", out)
+    assert m, out
+    inserted = int(m[1].replace(",", ""))
+    assert worked == inserted, out
+    _percentiles(m[2])
+    pickup = next(line for line in out.splitlines() if line.startswith("pickup latency"))
+    assert len(_percentiles(pickup)) == 6  # pickup and end-to-end, each p50/p95/p99
+    return inserted
+
+
+@pytest.mark.parametrize(
+    ("backend", "loop"),
+    [("postgres", "trio"), ("sqlite", "asyncio")],
+    ids=["pg-trio", "sqlite-asyncio"],
+)
+def test_bench_inserts_from_a_separate_process(
+    backend: str, loop: str, request: pytest.FixtureRequest
+) -> None:
+    """``--inserter process``: a child process with its own client inserts at the rate; every
+    job it inserted is worked and the enqueue-to-start percentiles are reported."""
+    url = str(request.getfixturevalue("pg_url" if backend == "postgres" else "sqlite_url"))
+    code, out, err = run(
+        "bench", "--duration", "1s", "--rate", "40", "--inserter", "process", "--loop", loop,
+        "--database-url", url, "--yes",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "inserted by the separate inserter process" in out
+    inserted = _check_enqueue_to_start(out)
+    assert 30 <= inserted <= 40  # the schedule: one every 25 ms while the second lasts
+
+
+@pytest.mark.parametrize(
+    ("backend", "loop"),
+    [("postgres", "asyncio"), ("sqlite", "trio")],
+    ids=["pg-asyncio", "sqlite-trio"],
+)
+def test_bench_continuous_keeps_a_backlog(
+    backend: str, loop: str, request: pytest.FixtureRequest
+) -> None:
+    """``--duration`` without ``--rate``: River's method, a backlog inserted before the client
+    starts and topped up while it works; River's settings are accepted as flags."""
+    url = str(request.getfixturevalue("pg_url" if backend == "postgres" else "sqlite_url"))
+    code, out, err = run(
+        "bench", "--duration", "1s", "--backlog", "300", "--loop", loop, "--max-workers", "200",
+        "--fetch-cooldown", "0.002", "--fetch-poll-interval", "0.02", "--database-url", url,
+        "--yes",
+    )  # fmt: skip
+    assert code == 0, err
+    assert "1s continuous, backlog 300" in out
+    assert "inserted 300 jobs" in out  # before the client started, as River's bench
+    assert int(re.search(r"worked ([\d,]+) jobs", out)[1].replace(",", "")) > 0  # type: ignore[index]
+    assert "pickup latency" not in out  # jobs wait behind the backlog by design
 
 
 VERBS = ["migrate-up", "migrate-down", "migrate-get", "migrate-list", "validate", "version"]

@@ -402,3 +402,53 @@ async def test_insert_in_transaction_visible_only_after_commit(sqlite_url: str) 
 
             assert await anyio.to_thread.run_sync(outside_count) == 0
         assert await anyio.to_thread.run_sync(outside_count) == 1
+
+
+class _Statements:
+    """The statements of the apsw connections opened while installed (an exec trace)."""
+
+    def __init__(self) -> None:
+        self.sql: list[str] = []
+
+    def __enter__(self) -> _Statements:
+        apsw.connection_hooks.append(self._hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        apsw.connection_hooks.remove(self._hook)
+
+    def _hook(self, conn: apsw.Connection) -> None:
+        conn.exec_trace = self._trace
+
+    def _trace(self, cursor: object, sql: str, bindings: object) -> bool:
+        self.sql.append(" ".join(sql.split()[:2]))
+        return True
+
+
+async def test_idle_claims_and_schedules_are_one_statement(sqlite_url: str) -> None:
+    """What an idle client repeats: a claim finding nothing is one autocommit statement (no
+    BEGIN/COMMIT), and the scheduler's transaction with nothing due never begins (one read);
+    with something due each still does its work."""
+    with _Statements() as seen:
+        async with open_sqlite(sqlite_url) as driver:
+            ex = driver.executor()
+            now = dt.datetime.now(UTC)
+            seen.sql.clear()
+            assert await ex.job_get_available(queue="default", max_to_lock=5, client_id="c") == []
+            assert seen.sql == ["UPDATE river_job"]
+            seen.sql.clear()
+            async with driver.transaction() as tx:
+                assert await tx.job_schedule(horizon=now, now=now, limit=10) == []
+            assert seen.sql == ["SELECT id,"]
+
+            [job] = await ex.job_insert_fast_many(
+                [params(state=JobState.SCHEDULED, scheduled_at=now - dt.timedelta(seconds=1))]
+            )
+            seen.sql.clear()
+            async with driver.transaction() as tx:
+                moved = await tx.job_schedule(horizon=now, now=now, limit=10)
+            assert [m.job.id for m in moved] == [job.job.id]
+            assert seen.sql[1] == "BEGIN IMMEDIATE" and seen.sql[-1] == "COMMIT"
+            claimed = await ex.job_get_available(queue="default", max_to_lock=5, client_id="c")
+            assert [j.id for j in claimed] == [job.job.id]
+            assert claimed[0].state == JobState.RUNNING

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
+
 import anyio
 import apsw
 import pytest
@@ -9,10 +12,11 @@ import pytest
 from river_anyio.drivers._protocol import TOPIC_CONTROL, TOPIC_INSERT, Notification
 from river_anyio.drivers.sqlite import SQLiteListener, open_sqlite
 from river_anyio.drivers.sqlite._connection import path_from_url
+from river_anyio.drivers.sqlite._listener import IDLE_CHECK
 
 pytestmark = pytest.mark.anyio
 
-# Upper bound for a notification to arrive: polls run every 50 ms.
+# Upper bound for a notification to arrive (a commit is noticed in milliseconds).
 ARRIVAL = 5.0
 
 
@@ -156,3 +160,108 @@ async def test_listener_not_blocked_by_busy_writer(sqlite_url: str) -> None:
         finally:
             holder.execute("ROLLBACK")
             holder.close()
+
+
+# ---- noticing other connections' commits without SQL ------------------------------------------
+
+
+class _OutboxReads:
+    """Counts the outbox queries (``SELECT id, topic, payload FROM river_notification``) of
+    the apsw connections opened while installed: an exec trace on each."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def __enter__(self) -> _OutboxReads:
+        apsw.connection_hooks.append(self._hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        apsw.connection_hooks.remove(self._hook)
+
+    def _hook(self, conn: apsw.Connection) -> None:
+        conn.exec_trace = self._trace
+
+    def _trace(self, cursor: object, sql: str, bindings: object) -> bool:
+        if sql.startswith("SELECT id, topic, payload FROM"):
+            self.n += 1
+        return True
+
+
+def _external(path: str, sql: str) -> None:
+    """Another connection's statement (as another process's would be), in its own commit."""
+    conn = apsw.Connection(path)
+    try:
+        conn.execute(sql)
+    finally:
+        conn.close()
+
+
+async def _until(predicate: Callable[[], bool]) -> None:
+    with anyio.fail_after(ARRIVAL):
+        while not predicate():  # noqa: ASYNC110 - a counter bumped in the reader thread
+            await anyio.sleep(0.01)
+
+
+async def test_idle_listener_reads_the_outbox_only_after_a_commit(sqlite_url: str) -> None:
+    """While nothing commits, the listener runs no outbox query (over a window longer than its
+    idle check); another connection's commit is noticed without a poke and delivered."""
+    path = path_from_url(sqlite_url)
+    with _OutboxReads() as reads:
+        async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
+            assert listener.watching
+            if sys.platform.startswith("linux"):  # woken by inotify on the -wal file
+                assert listener._watch is not None and listener._watch.inotify is not None
+            await listener.listen(TOPIC_INSERT)
+            send, receive = anyio.create_memory_object_stream[Notification](10)
+            async with send, receive, anyio.create_task_group() as tg:
+
+                async def forward() -> None:
+                    async for note in listener:
+                        await send.send(note)
+
+                base = reads.n
+                tg.start_soon(forward)
+                # listen() poked it: one read for that, one more as after any poke; then the
+                # listener waits (nothing commits here)
+                await _until(lambda: reads.n >= base + 2)
+                settled = reads.n
+                assert settled == base + 2
+                await anyio.sleep(IDLE_CHECK * 1.5)  # the idle window under test
+                assert reads.n == settled  # the WAL index did not change: no query
+
+                await anyio.to_thread.run_sync(
+                    _external, path, "INSERT INTO river_notification (topic, payload) "
+                    "VALUES ('river_insert', 'theirs')",
+                )  # fmt: skip
+                with anyio.fail_after(ARRIVAL):
+                    assert (await receive.receive()).payload == "theirs"
+                assert reads.n > settled
+                tg.cancel_scope.cancel("test done")
+
+
+@pytest.mark.parametrize("mode", ["TRUNCATE", "RESTART", "PASSIVE"])
+async def test_notifications_after_a_checkpoint_are_not_missed(sqlite_url: str, mode: str) -> None:
+    """A checkpoint resets (TRUNCATE: empties) the -wal file; the next commits of another
+    connection, which rewrite it from its start, are still noticed."""
+    path = path_from_url(sqlite_url)
+    async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
+        await listener.listen(TOPIC_INSERT)
+        for i in range(3):
+            await anyio.to_thread.run_sync(_external, path, f"PRAGMA wal_checkpoint({mode})")
+            if mode == "TRUNCATE":
+                assert (await anyio.Path(path + "-wal").stat()).st_size == 0
+            await anyio.to_thread.run_sync(_external_notify, path, TOPIC_INSERT, f"after-{i}")
+            assert (await _next(listener)).payload == f"after-{i}"
+
+
+async def test_cancelling_an_idle_listener_is_prompt(sqlite_url: str) -> None:
+    """The reader thread's wait is woken by the cancellation (not left to its idle check)."""
+    async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
+        await listener.listen(TOPIC_INSERT)
+        for _ in range(3):
+            with anyio.fail_after(IDLE_CHECK * 0.8):
+                with anyio.move_on_after(0.05):
+                    await listener.__anext__()
+        await driver.executor().notify_many(TOPIC_INSERT, ["still-listening"])
+        assert (await _next(listener)).payload == "still-listening"

@@ -266,6 +266,9 @@ class ConnectionThread:
         self._closed = False
         self._gate = anyio.Semaphore(1, fast_acquire=True)
         self._owner: object = None  # id of the task holding the checkout
+        #: Called (on the event loop, must not block) when the running unit is cancelled, to
+        #: wake a unit that waits on something other than SQL (the listener's watch).
+        self.cancel_hook: Callable[[], object] | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -309,6 +312,12 @@ class ConnectionThread:
     @property
     def closed(self) -> bool:
         return self._closed
+
+    @property
+    def cancel_requested(self) -> threading.Event:
+        """Set once the unit of work now running has been cancelled. A unit that waits (the
+        listener's watch) checks it, since ``interrupt()`` only stops SQL statements."""
+        return self._cancel_wait
 
     # ---- running work ---------------------------------------------------------------------------
 
@@ -378,6 +387,8 @@ class ConnectionThread:
                 self._cancel_wait.set()
                 if self._conn is not None:
                     self._conn.interrupt()
+                if self.cancel_hook is not None:
+                    self.cancel_hook()
 
     # ---- thread side ------------------------------------------------------------------------------
 
@@ -513,6 +524,30 @@ class Session:
     async def run(self, fn: Callable[[apsw.Connection, *Ts], T], *args: *Ts) -> T:
         """Run ``fn(conn, *args)`` inside the transaction (begun on first use): one hop."""
         return await self.owner._submit(True, self._in_tx, fn, self.owner._require_conn(), args)
+
+    async def run_if(
+        self,
+        due: Callable[[apsw.Connection], bool],
+        fn: Callable[[apsw.Connection], T],
+        otherwise: T,
+    ) -> T:
+        """:meth:`run`, except that while the transaction has not begun, the read ``due`` runs
+        first, outside it: when it is False, ``otherwise`` comes back and nothing begins (no
+        BEGIN, no write lock, no COMMIT). One hop either way."""
+        return await self.owner._submit(
+            True, self._if, due, fn, otherwise, self.owner._require_conn()
+        )
+
+    def _if(
+        self,
+        due: Callable[[apsw.Connection], bool],
+        fn: Callable[[apsw.Connection], T],
+        otherwise: T,
+        conn: apsw.Connection,
+    ) -> T:
+        if not self.begun and not due(conn):
+            return otherwise
+        return self._in_tx(fn, conn, ())
 
     def _in_tx(
         self, fn: Callable[[apsw.Connection, *Ts], T], conn: apsw.Connection, args: tuple[*Ts]

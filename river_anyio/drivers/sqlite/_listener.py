@@ -1,20 +1,48 @@
 """River's SQLite notifications: following the ``river_notification`` outbox.
 
 SQLite has no LISTEN/NOTIFY, so senders append rows to ``river_notification`` inside their
-transaction and listeners poll for rows past a cursor. The cursor starts at ``max(id)`` when the
+transaction and listeners read rows past a cursor. The cursor starts at ``max(id)`` when the
 listener connects (no replay of history); each topic also remembers ``max(id)`` when it was
-subscribed. Polling is one indexed query every 50 ms while idle, and immediately again after
-rows were found. Because SQLite serialises writers, ids become visible in increasing order, so
-the cursor never skips a row.
+subscribed. Because SQLite serialises writers, ids become visible in increasing order, so the
+cursor never skips a row.
 
-The polls run on the listener's own read-only connection (WAL readers never wait for the
-writer), in its own thread, so they neither queue behind the writer's work nor delay it.
+When to read: a commit in this process pokes the listener (the driver calls :meth:`poke`); a
+commit by any other connection (another process on the same file) is noticed without a SQL
+statement, so an idle listener runs none. The truth is the WAL index header (the first 48 bytes
+of the ``-shm`` file, whose change counter SQLite increments with every transaction,
+https://www.sqlite.org/walformat.html): the reader thread reads it (one ``pread``) and runs the
+outbox query only when it changed. When it reads it:
+
+- on Linux, when an inotify watch on the ``-wal`` file fires (every commit writes that file;
+  a checkpoint that truncates it, or a restart of the log from its start, too), then every
+  :data:`SETTLE` for a short while (the header is written just after the frames), and
+  otherwise every :data:`IDLE_CHECK`: an idle listener wakes once a second and runs no SQL;
+- elsewhere, every :data:`WATCH_INTERVAL`, River's poll interval;
+- without a WAL to watch (another journal mode, the in-memory database) the outbox itself is
+  polled every :data:`POLL_INTERVAL`, as River's SQLite listener does.
+
+Reads caused by changes are at least :data:`READ_SPACING` apart, which bounds the reads this
+process's own busy writer causes. The reader thread waits in ``select()`` on the inotify
+descriptor and a pipe that a poke (or a cancellation) writes to, so neither waits for a tick.
+
+Reads run on the listener's own read-only connection (WAL readers never wait for the writer),
+in its own thread, so they neither queue behind the writer's work nor delay it.
 """
 
 from __future__ import annotations
 
 import collections
+import contextlib
+import ctypes
+import functools
 import json
+import os
+import select
+import struct
+import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Final
 
 import anyio
@@ -22,16 +50,32 @@ import apsw
 
 from ..._errors import ConnectionLostError
 from .._protocol import Notification
+from ._connection import quote_ident
 
 if TYPE_CHECKING:
     from ._connection import ConnectionThread
     from ._queries import Queries
 
-__all__ = ["POLL_INTERVAL", "SQLiteListener"]
+__all__ = ["IDLE_CHECK", "POLL_INTERVAL", "READ_SPACING", "WATCH_INTERVAL", "SQLiteListener"]
 
-#: Idle poll interval, as River's SQLite listener.
+#: Poll interval without a WAL index to watch, as River's SQLite listener.
 POLL_INTERVAL: Final = 0.05
+#: Without inotify: how often the reader thread reads the WAL index header (River's poll).
+WATCH_INTERVAL: Final = 0.05
+#: With inotify: how often it reads it anyway (a commit whose header update came late).
+IDLE_CHECK: Final = 1.0
+#: After the ``-wal`` file was written: read the header this often, SETTLE_TICKS times.
+SETTLE: Final = 0.002
+SETTLE_TICKS: Final = 25
+#: The least time from one outbox read to the next caused by a change (not by a poke).
+READ_SPACING: Final = 0.005
+#: A watch returns to the event loop at least this often (without reading the outbox).
+_WATCH_MAX: Final = 30.0
 _BATCH: Final = 256
+_HEADER: Final = 48  # one copy of the WAL index header
+
+
+Rows = list[tuple[int, str, str]]
 
 
 def _op_last_id(conn: apsw.Connection, sql: str) -> int:
@@ -39,10 +83,194 @@ def _op_last_id(conn: apsw.Connection, sql: str) -> int:
     return int(row[0]) if row else 0
 
 
-def _op_after(
-    conn: apsw.Connection, sql: str, after: int, topics: str, limit: int
-) -> list[tuple[int, str, str]]:
+def _op_after(conn: apsw.Connection, sql: str, after: int, topics: str, limit: int) -> Rows:
     return [(int(i), str(t), str(p)) for i, t, p in conn.execute(sql, (after, topics, limit))]
+
+
+_IN_MODIFY: Final = 0x2
+_IN_GONE: Final = 0x400 | 0x800 | 0x8000  # IN_DELETE_SELF, IN_MOVE_SELF, IN_IGNORED
+_IN_NONBLOCK: Final = 0o4000
+_IN_CLOEXEC: Final = 0o2000000
+_EVENT: Final = struct.Struct("iIII")  # struct inotify_event without its name
+
+
+def _inotify_on(path: str) -> int | None:
+    """A non-blocking inotify descriptor reporting writes to ``path``; None where there is no
+    inotify (not Linux) or it cannot be had (no instance left, no such file)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        init, add = libc.inotify_init1, libc.inotify_add_watch
+    except (OSError, AttributeError):
+        return None
+    init.argtypes, init.restype = [ctypes.c_int], ctypes.c_int
+    add.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
+    add.restype = ctypes.c_int
+    fd = int(init(_IN_NONBLOCK | _IN_CLOEXEC))
+    if fd < 0:
+        return None
+    if add(fd, os.fsencode(path), _IN_MODIFY | 0x400 | 0x800) < 0:
+        os.close(fd)
+        return None
+    return fd
+
+
+class _WalIndexWatch:
+    """What tells the listener that the database holding the outbox changed: its WAL index
+    header (the ``-shm`` file), an inotify descriptor on its ``-wal`` file (Linux) and a pipe
+    that wakes the reader thread. Everything but :meth:`wake` runs in the reader thread."""
+
+    def __init__(self, shm: int, inotify: int | None) -> None:
+        self._shm = shm
+        self.inotify = inotify
+        self._wake_r, self._wake_w = os.pipe()
+        for fd in (self._wake_r, self._wake_w):
+            os.set_blocking(fd, False)
+            os.set_inheritable(fd, False)
+        self._seen = b""
+        self._head = b""
+
+    @classmethod
+    def open(cls, conn: apsw.Connection, schema: str | None) -> _WalIndexWatch | None:
+        """A watch on the database holding the outbox, or None when there is nothing to watch."""
+        name = schema or "main"
+        if not hasattr(os, "pread"):
+            return None
+        row = conn.execute(f"PRAGMA {quote_ident(name)}.journal_mode").fetchone()
+        if not row or str(row[0]).lower() != "wal":
+            return None
+        path = conn.db_filename(name)
+        if not path:
+            return None
+        try:
+            shm = os.open(path + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None
+        watch = cls(shm, _inotify_on(path + "-wal"))
+        watch.pending()
+        watch.seen()
+        return watch
+
+    def pending(self) -> bool:
+        """Whether the header differs from the one last marked :meth:`seen` (True if it
+        cannot be read: then only the outbox can tell)."""
+        try:
+            self._head = os.pread(self._shm, _HEADER, 0)
+        except OSError:
+            self._head = b""
+            return True
+        return self._head != self._seen
+
+    def seen(self) -> None:
+        """The header last read is accounted for (the outbox is about to be read)."""
+        self._seen = self._head
+
+    def wake(self) -> None:
+        """Wake the reader thread's :meth:`wait` (from any thread; never blocks)."""
+        with contextlib.suppress(OSError):  # a full pipe is awake already
+            os.write(self._wake_w, b"!")
+
+    def wait(self, timeout: float) -> bool:
+        """Sleep until woken, the ``-wal`` file is written or ``timeout``; True if written."""
+        fds = [self._wake_r] if self.inotify is None else [self._wake_r, self.inotify]
+        ready, _, _ = select.select(fds, [], [], max(timeout, 0.0))
+        if self._wake_r in ready:
+            with contextlib.suppress(OSError):
+                while os.read(self._wake_r, 4096):
+                    pass
+        return self.inotify is not None and self.inotify in ready and self._drain()
+
+    def _drain(self) -> bool:
+        """Consume the inotify events; if the ``-wal`` file went away (deleted or renamed),
+        give inotify up (the header is still read every :data:`WATCH_INTERVAL`)."""
+        fd = self.inotify
+        assert fd is not None
+        gone = False
+        while True:
+            try:
+                data = os.read(fd, 4096)
+            except BlockingIOError:
+                break
+            except OSError:
+                gone = True
+                break
+            if not data:
+                break
+            pos = 0
+            while pos + _EVENT.size <= len(data):
+                _wd, mask, _cookie, length = _EVENT.unpack_from(data, pos)
+                gone = gone or bool(mask & _IN_GONE)
+                pos += _EVENT.size + length
+        if gone:
+            self.inotify = None
+            os.close(fd)
+        return True
+
+    def close(self) -> None:
+        for fd in (self._shm, self._wake_r, self._wake_w, self.inotify):
+            if fd is not None:
+                os.close(fd)
+        self.inotify = None
+
+
+def _op_watch(conn: apsw.Connection, schema: str | None) -> _WalIndexWatch | None:
+    return _WalIndexWatch.open(conn, schema)
+
+
+def _op_close_watch(conn: apsw.Connection, watch: _WalIndexWatch) -> None:
+    watch.close()
+
+
+def _op_follow(
+    conn: apsw.Connection,
+    query: Callable[[apsw.Connection], Rows],
+    watch: _WalIndexWatch,
+    look_first: bool,
+    poked: threading.Event,
+    cancelled: threading.Event,
+) -> Rows | None:
+    """Wait in the reader thread until there are rows to deliver or the loop must look.
+
+    Returns the rows found after a change of the WAL index header (or at once when
+    ``look_first``); the rows (maybe none) after a poke; None when cancelled or after
+    :data:`_WATCH_MAX` without rows.
+    """
+    now = time.monotonic()
+    deadline = now + _WATCH_MAX
+    next_read = now
+    look = look_first
+    settle = 0
+    written = False
+    while True:
+        if poked.is_set():
+            poked.clear()
+            watch.pending()
+            watch.seen()  # the query below sees whatever this commit was
+            return query(conn)
+        now = time.monotonic()
+        due = watch.pending() or look  # always read: seen() records this header
+        if written:
+            # the -wal file was written but the header not yet: a commit is under way
+            settle = 0 if due else SETTLE_TICKS
+            written = False
+        if due and now >= next_read:
+            look = False
+            watch.seen()
+            rows = query(conn)
+            if rows:
+                return rows
+            now = time.monotonic()
+            next_read = now + READ_SPACING
+            due = False
+        if cancelled.is_set() or now >= deadline:
+            return None
+        timeout = WATCH_INTERVAL if watch.inotify is None else (SETTLE if settle else IDLE_CHECK)
+        if due:
+            timeout = min(timeout, next_read - now)
+        written = watch.wait(timeout)
+        if settle and not written:
+            settle -= 1
 
 
 class SQLiteListener:
@@ -62,15 +290,27 @@ class SQLiteListener:
         self._topics: dict[str, int] = {}  # topic -> max(id) when subscribed
         self._pending: collections.deque[tuple[int, str, str]] = collections.deque()
         self._wake = anyio.Event()
+        self._poked = threading.Event()  # the same "look now", for the reader thread's watch
+        self._watch: _WalIndexWatch | None = None
+        self._look = True  # read the outbox before watching again (a poke or rows came back)
         self._closed = False
 
     async def connect(self) -> None:
         """Remember where the outbox ends now: earlier rows are never delivered."""
         self._last_id = await self._reader.run(_op_last_id, self._q.notification_last_id)
+        self._watch = await self._reader.run(_op_watch, self._q.schema)
+        if self._watch is not None:
+            self._reader.cancel_hook = self._watch.wake
+
+    @property
+    def watching(self) -> bool:
+        """Whether commits are noticed through the WAL index (else the outbox is polled)."""
+        return self._watch is not None
 
     async def listen(self, topic: str) -> None:
         if topic in self._topics:
             return
+        self.poke()  # a watch in progress gives the reader thread back
         current = await self._reader.run(_op_last_id, self._q.notification_last_id)
         # Not the global cursor: rows of other topics up to `current` may still be pending.
         self._topics[topic] = max(self._last_id, current)
@@ -84,13 +324,24 @@ class SQLiteListener:
         return frozenset(self._topics)
 
     def poke(self) -> None:
-        """Poll now rather than at the next interval (a notification was just committed)."""
+        """Read the outbox now rather than at the next look (a notification was just committed)."""
         self._wake.set()
+        self._poked.set()
+        if self._watch is not None:
+            self._watch.wake()
 
     async def aclose(self) -> None:
         self._closed = True
         self.poke()
-        await self._reader.aclose()
+        watch, self._watch = self._watch, None
+        self._reader.cancel_hook = None  # the watch's descriptors are closed below
+        with anyio.CancelScope(shield=True):
+            if watch is not None:
+                try:
+                    await self._reader.run(_op_close_watch, watch)
+                except ConnectionLostError:
+                    watch.close()  # no thread left to wait on these descriptors
+            await self._reader.aclose()
 
     def __aiter__(self) -> SQLiteListener:
         return self
@@ -104,26 +355,38 @@ class SQLiteListener:
                     return Notification(topic=topic, payload=payload)
             if self._closed:
                 raise StopAsyncIteration
-            if self._topics:
-                try:
-                    rows = await self._reader.run(
-                        _op_after,
-                        self._q.notification_after,
-                        self._last_id,
-                        json.dumps(list(self._topics)),
-                        _BATCH,
-                    )
-                except ConnectionLostError:
-                    if self._closed:
-                        raise StopAsyncIteration from None
-                    raise
-                if rows:
-                    self._pending.extend(rows)
-                    self._last_id = rows[-1][0]
-                    continue
-                with anyio.move_on_after(self._poll_interval):
-                    await self._wake.wait()
-            else:
-                await self._wake.wait()  # nothing to poll for until listen()
-            if self._wake.is_set():
+            if not self._topics:
+                await self._wake.wait()  # nothing to read for until listen()
                 self._wake = anyio.Event()
+                continue
+            try:
+                rows = await self._next_rows()
+            except ConnectionLostError:
+                if self._closed:
+                    raise StopAsyncIteration from None
+                raise
+            if rows:
+                self._pending.extend(rows)
+                self._last_id = rows[-1][0]
+
+    async def _next_rows(self) -> Rows:
+        query = functools.partial(
+            _op_after,
+            sql=self._q.notification_after,
+            after=self._last_id,
+            topics=json.dumps(list(self._topics)),
+            limit=_BATCH,
+        )
+        watch = self._watch
+        if watch is not None:
+            found = await self._reader.run(
+                _op_follow, query, watch, self._look, self._poked, self._reader.cancel_requested
+            )
+            self._look = found is not None
+            return found or []
+        rows = await self._reader.run(query)
+        if not rows:
+            with anyio.move_on_after(self._poll_interval):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+        return rows
