@@ -79,25 +79,30 @@ def test_migrate_up_list_validate_down(empty_database_url: str) -> None:
 
 
 def test_line_river_anyio_up_list_validate_down(database_url: str) -> None:
-    """river_anyio's own line (the lease table) through the same verbs, beside line main."""
+    """river_anyio's own line (leases, queue limits) through the same verbs, beside line main."""
     url = database_url
     line = ("--line", "river_anyio")
+    versions = ["001 create_river_anyio_lease", "002 create_river_anyio_queue_limit"]
     code, out, _ = run("migrate-list", "--database-url", url, *line)
-    assert code == 0 and out.strip() == "001 create_river_anyio_lease"  # none applied
+    assert code == 0 and out.splitlines() == versions  # none applied
     assert run("validate", "--database-url", url, *line)[0] == 1
     code, out, err = run("migrate-up", "--database-url", url, *line)
     assert code == 0, err
-    assert re.match(r"applied migration 001 \[up\] create_river_anyio_lease +\[.+\]$", out)
+    applied = out.splitlines()
+    assert len(applied) == 2
+    assert re.match(r"applied migration 001 \[up\] create_river_anyio_lease +\[.+\]$", applied[0])
     assert run("validate", "--database-url", url, *line)[0] == 0
     assert run("validate", "--database-url", url)[0] == 0  # line main still current
     code, out, _ = run("migrate-list", "--database-url", url, *line)
-    assert out == "* 001 create_river_anyio_lease\n"
+    assert out.splitlines() == [f"  {versions[0]}", f"* {versions[1]}"]  # * marks the current
     code, out, _ = run("migrate-list", "--database-url", url)
     assert out.splitlines()[-1].startswith(f"* {LATEST:03d} ")  # main's list: main's rows only
-    code, out, _ = run("migrate-down", "--database-url", url, *line)
-    assert code == 0 and out.startswith("applied migration 001 [down] create_river_anyio_lease")
+    code, out, _ = run("migrate-down", "--database-url", url, *line, "--target-version", "0")
+    assert code == 0 and out.splitlines()[-1].startswith(
+        "applied migration 001 [down] create_river_anyio_lease"
+    )
     code, out, _ = run("migrate-list", "--database-url", url, *line)
-    assert out.strip() == "001 create_river_anyio_lease"
+    assert out.splitlines() == versions
     code, out, _ = run("migrate-get", "--version", "1", "--up", *line)
     assert code == 0 and out.startswith("-- River river_anyio migration 001 [up]\n")
     assert "CREATE TABLE river_anyio_lease" in out
