@@ -53,7 +53,7 @@ DRIVER_OPTIONS = {
     "postgres": frozenset(
         {"pool_max_size", "acquire_timeout", "connect_timeout", "prepare_threshold"}
     ),
-    "sqlite": frozenset({"busy_timeout", "attach"}),
+    "sqlite": frozenset({"busy_timeout", "attach", "sqlite_module"}),
 }
 
 

@@ -110,11 +110,8 @@ def _open_driver(url: str, config: Config) -> Driver:
         path_from_url,
     )
     from ..drivers.sqlite._connection import MEMORY, check_sqlite_version
-    from ._sqlite import BlockingSQLiteDriver, SQLitePool, check_sqlite3_version
-
-    def sqlite3_module_of(mod: object) -> object:
-        ok = callable(getattr(mod, "connect", None)) and hasattr(mod, "sqlite_version_info")
-        return mod if ok else None
+    from ..drivers.sqlite._dbapi import check_sqlite3_version, is_sqlite3_module
+    from ._sqlite import BlockingSQLiteDriver, SQLitePool
 
     check_sqlite_version()
     path = path_from_url(url)
@@ -142,7 +139,7 @@ def _open_driver(url: str, config: Config) -> Driver:
             module,
         )
     if module is not None:
-        if sqlite3_module_of(module) is None:
+        if not is_sqlite3_module(module):
             raise ConfigError(
                 "sqlite_module",
                 "must be a sqlite3-API module (sqlite3, pysqlite3.dbapi2) or None for apsw",

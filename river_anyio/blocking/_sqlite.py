@@ -10,12 +10,10 @@ through a small adapter), so :func:`~._drive.drive` runs the executor's coroutin
 
 from __future__ import annotations
 
-import datetime as dt
 import logging
 import os
-import sys
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, Literal, TypeVar, cast
 
@@ -24,9 +22,6 @@ import apsw
 from .._errors import (
     ConfigError,
     ConnectionLostError,
-    DatabaseBusyError,
-    DatabaseError,
-    IntegrityError,
     PoolTimeoutError,
 )
 from .._sqlalchemy import sync_dbapi_connection
@@ -34,10 +29,16 @@ from ..drivers.sqlite import SQLiteExecutor
 from ..drivers.sqlite._connection import _MEMDB_URI as MEMDB_URI
 from ..drivers.sqlite._connection import (
     MEMORY,
-    MIN_SQLITE_VERSION,
     TransactionLostError,
     quote_ident,
     rollback_quietly,
+)
+from ..drivers.sqlite._dbapi import (
+    Sqlite3AsApsw,
+    check_sqlite3_version,
+    dbapi_translator,
+    open_dbapi,
+    sqlite3_module,
 )
 from ..drivers.sqlite._errors import translate
 from ..drivers.sqlite._queries import Queries
@@ -48,7 +49,6 @@ logger = logging.getLogger("river_anyio.driver")
 
 T = TypeVar("T")
 
-_NEED: Final = ".".join(map(str, MIN_SQLITE_VERSION))
 #: ``sqlite3.LEGACY_TRANSACTION_CONTROL`` (Python 3.12+): the module begins before writes.
 _LEGACY: Final = -1
 
@@ -91,29 +91,6 @@ def open_apsw(path: str, *, busy_timeout: float, attach: dict[str, str]) -> apsw
     return conn
 
 
-def open_dbapi(
-    mod: Any, path: str, *, busy_timeout: float, attach: dict[str, str]
-) -> Sqlite3AsApsw:
-    """:func:`open_apsw`, with a ``sqlite3``-API module instead of apsw (autocommit mode:
-    transactions are begun explicitly, as on apsw)."""
-    check_sqlite3_version(mod, field="sqlite_module")
-    raw = mod.connect(path, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
-    conn = Sqlite3AsApsw(raw)
-    try:
-        conn.execute("PRAGMA foreign_keys = 1")
-        for name, other in attach.items():
-            conn.execute(f"ATTACH DATABASE ? AS {quote_ident(name)}", (other,))
-        for schema in ("main", *attach):
-            q = quote_ident(schema)
-            if str(conn.execute(f"PRAGMA {q}.journal_mode").fetchone()[0]).lower() != "wal":
-                conn.execute(f"PRAGMA {q}.journal_mode = wal").fetchall()
-            conn.execute(f"PRAGMA {q}.synchronous = normal")
-    except BaseException:
-        raw.close()
-        raise
-    return conn
-
-
 class SQLitePool:
     """A thread-safe pool of connections to one file (apsw, or of the ``sqlite3``-API module
     given), each used by one thread at a time."""
@@ -135,7 +112,7 @@ class SQLitePool:
         self._attach = attach
         self._module = module
         #: What an error of these connections becomes (None: not a database error).
-        self.translate_error = _apsw_error if module is None else _dbapi_error(module)
+        self.translate_error = _apsw_error if module is None else dbapi_translator(module)
         self._slots = threading.BoundedSemaphore(max_size)
         self._lock = threading.Lock()
         self._idle: list[Any] = []
@@ -258,106 +235,6 @@ def _apsw_error(exc: BaseException) -> BaseException | None:
     return translate(exc) if isinstance(exc, apsw.Error) else None
 
 
-class Sqlite3AsApsw:
-    """The few apsw connection methods River's SQLite operations use, on a ``sqlite3``-API
-    connection (stdlib ``sqlite3``, ``pysqlite3``)."""
-
-    __slots__ = ("_conn",)
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-
-    def execute(self, sql: str, params: Any = ()) -> Any:
-        cur = self._conn.cursor()
-        cur.row_factory = None  # rows as tuples, whatever the connection's factory
-        return _TextTimestamps(cur.execute(sql, params))
-
-    def total_changes(self) -> int:
-        return int(self._conn.total_changes)
-
-    def changes(self) -> int:
-        return int(self._conn.execute("SELECT changes()").fetchone()[0])
-
-    @property
-    def in_transaction(self) -> bool:
-        return bool(self._conn.in_transaction)
-
-    def close(self) -> None:
-        self._conn.close()
-
-
-class _TextTimestamps:
-    """A ``sqlite3`` cursor whose rows hold River's timestamps as the text stored, also when
-    the connection was opened with ``detect_types`` (Django's is, with converters turning
-    ``timestamp`` columns into naive datetimes): those are written back as that text (UTC)."""
-
-    __slots__ = ("_cur",)
-
-    def __init__(self, cur: Any) -> None:
-        self._cur = cur
-
-    @staticmethod
-    def _row(row: Any) -> Any:
-        if not any(isinstance(v, dt.datetime) for v in row):
-            return row
-        return tuple(_timestamp_text(v) if isinstance(v, dt.datetime) else v for v in row)
-
-    def fetchall(self) -> list[Any]:
-        return [self._row(r) for r in self._cur.fetchall()]
-
-    def fetchone(self) -> Any:
-        row = self._cur.fetchone()
-        return None if row is None else self._row(row)
-
-    def __iter__(self) -> Iterator[Any]:
-        return (self._row(r) for r in self._cur)
-
-
-def _timestamp_text(value: dt.datetime) -> str:
-    if value.tzinfo is not None:
-        value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    return value.isoformat(" ", "microseconds")
-
-
-def sqlite3_module(conn: object) -> Any:
-    """The ``sqlite3``-API module (``sqlite3``, ``pysqlite3.dbapi2``, …) whose connection
-    ``conn`` is, or None."""
-    for cls in type(conn).__mro__:
-        if cls.__name__ == "Connection":
-            mod = sys.modules.get(cls.__module__)
-            if mod is not None and hasattr(mod, "sqlite_version_info") and hasattr(mod, "Error"):
-                return mod
-    return None
-
-
-def check_sqlite3_version(mod: Any, field: str = "conn") -> None:
-    """ConfigError unless ``mod`` (a ``sqlite3``-API module) links SQLite new enough."""
-    version = tuple(mod.sqlite_version_info)
-    if version < MIN_SQLITE_VERSION:
-        raise ConfigError(
-            field,
-            f"the {mod.__name__} module uses SQLite {mod.sqlite_version}, and River's SQLite "
-            f"tables need SQLite >= {_NEED} (JSONB columns, JSON paths). Install "
-            "pysqlite3-binary (which bundles a recent SQLite) and connect with "
-            "pysqlite3.dbapi2, or use apsw (pip install apsw)",
-            mod.sqlite_version,
-        )
-
-
-def _dbapi_error(mod: Any) -> Callable[[BaseException], BaseException | None]:
-    def translate_dbapi(exc: BaseException) -> BaseException | None:
-        if not isinstance(exc, mod.Error):
-            return None
-        msg = f"sqlite: {exc}"
-        if isinstance(exc, mod.IntegrityError):
-            return IntegrityError(msg)
-        if isinstance(exc, mod.OperationalError) and "locked" in str(exc):
-            return DatabaseBusyError(msg)
-        return DatabaseError(msg)
-
-    return translate_dbapi
-
-
 class BlockingSQLiteDriver:
     """The driver surface the async :class:`~river_anyio.Client` uses, on an :class:`SQLitePool`
     (every awaited call completes before it returns)."""
@@ -436,7 +313,7 @@ class BlockingSQLiteDriver:
         check_sqlite3_version(mod)
         return self._on(
             _Session(
-                Sqlite3AsApsw(conn), begin=_legacy_begin(conn), translate_error=_dbapi_error(mod)
+                Sqlite3AsApsw(conn), begin=_legacy_begin(conn), translate_error=dbapi_translator(mod)
             )
         )
 

@@ -13,9 +13,9 @@ import pytest
 
 import river_anyio as river
 from river_anyio._unique import unique_states_mask
-from river_anyio.drivers import TOPIC_CONTROL, TOPIC_INSERT, open_driver
+from river_anyio.drivers import TOPIC_CONTROL, TOPIC_INSERT
 
-from .support import params, ph
+from .support import open_driver, params, ph
 
 pytestmark = pytest.mark.anyio
 UTC = dt.UTC

@@ -18,9 +18,9 @@ from river_anyio.drivers import (
     JobCompletion,
     JobInsertParams,
     JobListQuery,
-    open_driver,
 )
 
+from .support import open_driver
 from .support import params as _params
 
 pytestmark = pytest.mark.anyio

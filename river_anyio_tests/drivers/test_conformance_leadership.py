@@ -8,7 +8,9 @@ import json
 import anyio
 import pytest
 
-from river_anyio.drivers import TOPIC_LEADERSHIP, open_driver
+from river_anyio.drivers import TOPIC_LEADERSHIP
+
+from .support import open_driver
 
 pytestmark = pytest.mark.anyio
 UTC = dt.UTC

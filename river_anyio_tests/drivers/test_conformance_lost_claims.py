@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 import river_anyio as river
-from river_anyio.drivers import Executor, open_driver
+from river_anyio.drivers import Executor
 
-from .support import ph
+from .support import open_driver, ph
 from .test_conformance_runtime import CLIENT, S, claim, get, insert, now, params
 
 pytestmark = pytest.mark.anyio

@@ -28,11 +28,10 @@ from river_anyio.drivers import (
     JobCompletion,
     JobInsertParams,
     Listener,
-    open_driver,
 )
 
 from .support import params as _params
-from .support import ph
+from .support import open_driver, ph
 
 pytestmark = pytest.mark.anyio
 UTC = dt.UTC

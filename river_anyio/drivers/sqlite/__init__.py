@@ -1,4 +1,4 @@
-"""River's SQLite driver on apsw, for asyncio and trio.
+"""River's SQLite driver on apsw (or a ``sqlite3``-API module), for asyncio and trio.
 
 One OS thread owns the writer connection; every driver call is one hop to it (see
 ``_connection``). Listeners follow River's ``river_notification`` outbox on a read-only
@@ -12,6 +12,11 @@ Open it with :func:`open_sqlite`::
 
 The driver belongs to the event loop that opened it. The database must be a file (WAL mode is
 switched on); its directory must exist.
+
+With ``sqlite_module=pysqlite3.dbapi2`` (or the standard library's ``sqlite3`` when it links
+SQLite 3.47+), every connection the driver opens uses that module's SQLite instead of apsw's:
+for a process whose other code (Django's ORM, say) opens the same file with that module, since
+two SQLite libraries on one file in one process break each other's locks.
 """
 
 from __future__ import annotations
@@ -22,12 +27,13 @@ import re
 import weakref
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import anyio
 
 from ..._errors import ConfigError
 from ._connection import MEMORY, ConnectionThread, check_sqlite_version, path_from_url
+from ._dbapi import check_sqlite3_version, is_sqlite3_module
 from ._executor import SQLiteExecutor
 from ._listener import SQLiteListener
 from ._queries import Queries
@@ -59,6 +65,27 @@ def _validate_busy_timeout(value: object) -> float:
     if not math.isfinite(value) or value < 0:
         raise ConfigError("busy_timeout", f"must be >= 0 and finite (got {value!r})", value)
     return float(value)
+
+
+def _validate_sqlite_module(value: object, path: str) -> Any:
+    if value is None:
+        return None
+    if not is_sqlite3_module(value):
+        raise ConfigError(
+            "sqlite_module",
+            "must be a sqlite3-API module (pysqlite3.dbapi2, sqlite3) or None for apsw, "
+            f"not {value!r}",
+            value,
+        )
+    if path == MEMORY:
+        raise ConfigError(
+            "sqlite_module",
+            "the in-memory database (sqlite://:memory:) is apsw's SQLite's, shared through "
+            "its memdb VFS: another SQLite library cannot open it",
+            value,
+        )
+    check_sqlite3_version(value, field="sqlite_module")
+    return value
 
 
 def _validate_attach(value: object) -> dict[str, str]:
@@ -115,6 +142,11 @@ class SQLiteDriver:
     def supports_listen_notify(self) -> bool:
         """True: notifications go through River's ``river_notification`` outbox."""
         return True
+
+    @property
+    def sqlite_module(self) -> Any:
+        """The ``sqlite3``-API module the driver's connections use, or None for apsw."""
+        return self._writer.module
 
     @property
     def path(self) -> str:
@@ -174,6 +206,7 @@ class SQLiteDriver:
             busy_timeout=self._writer.busy_timeout,
             attach=self._attach,
             name="river-sqlite-listener",
+            module=self._writer.module,
         )
         await reader.start()
         listener = SQLiteListener(reader, self._queries)
@@ -200,6 +233,7 @@ def open_sqlite(
     schema: str | None = None,
     busy_timeout: float = 5.0,
     attach: Mapping[str, str] | None = None,
+    sqlite_module: Any = None,
 ) -> AbstractAsyncContextManager[SQLiteDriver]:
     """Open River's SQLite database; the context manager closes it.
 
@@ -208,16 +242,21 @@ def open_sqlite(
     tables (``None`` for ``main``); attach it with ``attach={name: path}``, which is applied to
     every connection the driver opens. ``busy_timeout``: seconds to wait for another
     connection's write lock before :class:`~river_anyio.DatabaseBusyError`.
+    ``sqlite_module``: a ``sqlite3``-API module (``pysqlite3.dbapi2``, or ``sqlite3`` linking
+    SQLite 3.47+) that every connection of the driver uses instead of apsw (see
+    :ref:`sqlite-module`); None (the default) for apsw.
 
     Arguments are validated now (ConfigError); the file is opened on entering.
     """
-    check_sqlite_version()
     path = path_from_url(url_or_path, absolute=False)
+    module = _validate_sqlite_module(sqlite_module, path)
+    if module is None:
+        check_sqlite_version()
     if schema is not None:
         _validate_identifier("schema", schema)
     timeout = _validate_busy_timeout(busy_timeout)
     attached = _validate_attach(attach)
-    return _open(path, schema, timeout, attached)
+    return _open(path, schema, timeout, attached, module)
 
 
 def _absolute(path: str, attach: dict[str, str]) -> tuple[str, dict[str, str]]:
@@ -227,13 +266,13 @@ def _absolute(path: str, attach: dict[str, str]) -> tuple[str, dict[str, str]]:
 
 @asynccontextmanager
 async def _open(
-    path: str, schema: str | None, busy_timeout: float, attach: dict[str, str]
+    path: str, schema: str | None, busy_timeout: float, attach: dict[str, str], module: Any
 ) -> AsyncIterator[SQLiteDriver]:
     if not all(os.path.isabs(p) or p == MEMORY for p in (path, *attach.values())):
         # relative to the working directory as it is now: reading it is a system call
         path, attach = await anyio.to_thread.run_sync(_absolute, path, attach)
     writer = ConnectionThread(
-        path, busy_timeout=busy_timeout, attach=attach, name="river-sqlite-writer"
+        path, busy_timeout=busy_timeout, attach=attach, name="river-sqlite-writer", module=module
     )
     await writer.start()
     try:

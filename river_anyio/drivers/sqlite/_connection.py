@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar, TypeVarTuple
+from typing import Any, Final, TypeVar, TypeVarTuple, cast
 
 import anyio
 import anyio.from_thread
@@ -36,6 +36,7 @@ import anyio.to_thread
 import apsw
 
 from ..._errors import ConfigError, ConnectionLostError, DatabaseError
+from ._dbapi import dbapi_translator, is_interrupt, open_dbapi
 from ._errors import translate
 
 __all__ = [
@@ -178,7 +179,9 @@ def rollback_quietly(conn: apsw.Connection) -> None:
             return
         except apsw.InterruptError:
             continue
-        except apsw.Error as exc:
+        except Exception as exc:  # apsw's, or a sqlite3-API module's (sqlite_module)
+            if is_interrupt(exc):
+                continue
             logger.warning("sqlite: ROLLBACK failed: %r", exc)
             return
     if conn.in_transaction:
@@ -237,6 +240,10 @@ class _Skipped(Exception):
 class ConnectionThread:
     """An apsw connection owned by one dedicated OS thread (see the module docstring).
 
+    ``module``: a ``sqlite3``-API module (``pysqlite3.dbapi2``, ``sqlite3``) to open the
+    connection with instead of apsw, seen through :class:`~._dbapi.Sqlite3AsApsw`; its errors
+    are translated as apsw's are, and the busy handler below serves it too.
+
     Use from the event loop that called :meth:`start`.
     """
 
@@ -248,9 +255,13 @@ class ConnectionThread:
         busy_timeout: float = 5.0,
         attach: Mapping[str, str] | None = None,
         name: str = "river-sqlite",
+        module: Any = None,
     ) -> None:
         self.path = path
         self.readonly = readonly
+        self.module = module
+        # What a non-apsw error becomes (the sqlite_module's); None with apsw
+        self._translate_other = None if module is None else dbapi_translator(module)
         self.busy_timeout = busy_timeout
         self._attach = dict(attach or {})
         self._name = name
@@ -376,6 +387,10 @@ class ConnectionThread:
             item.error = None  # no reference cycle through the traceback
             if isinstance(err, apsw.Error):
                 raise translate(err) from err
+            if self._translate_other is not None:
+                mapped = self._translate_other(err)
+                if mapped is not None:
+                    raise mapped from err
             raise err
         value: T = item.value
         return value
@@ -402,7 +417,7 @@ class ConnectionThread:
                 try:
                     rollback_quietly(conn)
                     conn.close()
-                except apsw.Error as exc:  # pragma: no cover - close errors are unexpected
+                except Exception as exc:  # pragma: no cover - close errors are unexpected
                     logger.warning("sqlite: error closing %s: %r", self.path, exc)
             if self._stopped is not None and self._stop_waker is not None:
                 self._wake(self._stop_waker, self._stopped.set)
@@ -455,6 +470,19 @@ class ConnectionThread:
                 "database_url",
                 f"directory {parent!r} does not exist (the driver does not create directories)",
                 self.path,
+            )
+        if self.module is not None:
+            # the adapter has the apsw methods the driver's operations use
+            return cast(
+                apsw.Connection,
+                open_dbapi(
+                    self.module,
+                    self.path,
+                    busy_timeout=self.busy_timeout,
+                    attach=self._attach,
+                    readonly=self.readonly,
+                    busy=self._busy,
+                ),
             )
         if self.readonly:
             flags = apsw.SQLITE_OPEN_READONLY

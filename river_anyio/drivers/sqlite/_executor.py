@@ -292,7 +292,7 @@ def _op_claim_limited(
     queue, wanted = args[0], args[1]
     try:
         (starts,) = conn.execute(q.queue_limit_lock, (queue,)).fetchone()  # type: ignore[misc]
-    except apsw.SQLError as exc:
+    except Exception as exc:  # apsw.SQLError, or a sqlite_module's OperationalError
         if "no such table" in str(exc):
             raise MigrationError(limits_table_missing(queue)) from None
         raise
