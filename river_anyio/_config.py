@@ -515,7 +515,7 @@ class Config:
             (in production, migrate as a deployment step).
         driver_options: Keyword arguments for the driver opened from a database URL:
             PostgreSQL's ``pool_max_size``, ``acquire_timeout``, ``connect_timeout``,
-            ``prepare_threshold``; SQLite's ``busy_timeout``, ``attach``.
+            ``prepare_threshold``; SQLite's ``busy_timeout``, ``attach``, ``sqlite_module``.
         clock: The wall clock rows are stamped with (an object with ``now()``; for tests).
         health: When :meth:`ClientRun.health` reports the client not ok
             (:class:`HealthConfig`).

@@ -514,9 +514,20 @@ def _unwrap(exc: BaseException) -> BaseException:
     return exc
 
 
-def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
+def run(
+    args: argparse.Namespace,
+    *,
+    out: TextIO,
+    err: TextIO,
+    driver_options: Mapping[str, Any] | None = None,
+    driver_options_reason: str = "",
+) -> int:
     """Run ``river-anyio worker`` with parsed ``args``; returns the exit code. Usage errors
-    go through the subcommand's parser (exit 2); other failures raise to the CLI's handler."""
+    go through the subcommand's parser (exit 2); other failures raise to the CLI's handler.
+
+    ``driver_options``: what a command embedding the worker requires of the driver (Django's
+    ``river_worker``: its ``sqlite_module``), added to the application's Config; a Config
+    that sets one of them otherwise is a usage error naming ``driver_options_reason``."""
     parser: argparse.ArgumentParser = args.worker_parser
     try:
         database = database_from(args.database_url, os.environ)
@@ -530,6 +541,8 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
             raise WorkerUsageError("--loop trio needs trio: pip install 'river_anyio[trio]'")
         app = load_app(*args.app)
         config = worker_config(app, args.queues, args.soft_stop_timeout)
+        if driver_options:
+            config = _with_driver_options(config, driver_options, driver_options_reason)
         auto_migrate = args.auto_migrate
         if args.wait_for_database:
             # migrated by the client once the database answers, not before it starts
@@ -561,6 +574,17 @@ def run(args: argparse.Namespace, *, out: TextIO, err: TextIO) -> int:
     except BaseExceptionGroup as group:
         raise _unwrap(group) from None
     return 0
+
+
+def _with_driver_options(config: Config, required: Mapping[str, Any], reason: str) -> Config:
+    own = dict(config.driver_options)
+    for name, value in required.items():
+        if name in own and own[name] is not value:
+            raise WorkerUsageError(
+                f"the Config's driver_options[{name!r}] is {own[name]!r}, but this command "
+                f"opens the database with {value!r}: {reason}"
+            )
+    return attrs.evolve(config, driver_options={**own, **required})
 
 
 def _check_url(database: DatabaseSource) -> None:

@@ -29,8 +29,8 @@ class Command(BaseCommand):  # type: ignore[misc]
         "(flags override them). The first signal stops gracefully (running jobs get the soft "
         "stop timeout to finish); a second cancels them. Exit code 0 after a stop by signal."
     )
-    # the worker opens its own connections (apsw for SQLite): Django's checks of the
-    # project's connections are not its concern
+    # the worker opens its own connections: Django's checks of the project's connections are
+    # not its concern
     requires_system_checks: ClassVar[list[str]] = []
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -87,15 +87,20 @@ class Command(BaseCommand):  # type: ignore[misc]
                 "(e.g. 'shop.jobs:workers')",
                 returncode=2,
             )
+        # When River's SQLite file is also a DATABASES entry, jobs using the ORM open it with
+        # Django's sqlite3 module: the client does too, so that the process holds one SQLite
+        # library on the file (two break each other's locks).
+        driver_options: dict[str, Any] = {}
+        reason = ""
         shared = _shared_sqlite_aliases(url)
         if shared:
-            self.stderr.write(
-                f"river_worker: warning: River's SQLite file is also DATABASES "
-                f"{', '.join(map(repr, shared))}: jobs that use the ORM on it open the file "
-                "with Django's sqlite3 module in this process, beside the worker's apsw, and two "
-                "SQLite libraries on one file in one process break each other's locks (other "
-                "processes may miss committed writes; the file may be corrupted). Use "
-                "PostgreSQL, or keep the ORM off this file in jobs."
+            from django.db import connections
+
+            driver_options["sqlite_module"] = connections[shared[0]].Database
+            reason = (
+                f"River's SQLite file is also DATABASES {', '.join(map(repr, shared))}, which "
+                "jobs may open with Django's sqlite3 module, and two SQLite libraries on one "
+                "file in one process break each other's locks"
             )
         queues = options["queues"]
         if queues is None and config.queues is not None:
@@ -109,10 +114,19 @@ class Command(BaseCommand):  # type: ignore[misc]
             soft_stop_timeout=config.soft_stop_timeout if timeout is None else timeout,
             log_level=options["log_level"],
             auto_migrate=options["auto_migrate"],
+            wait_for_database=False,
+            health_host="127.0.0.1",
+            health_port=None,
             worker_parser=_Usage(),
         )
         try:
-            code = run(namespace, out=text_stream(self.stdout), err=text_stream(self.stderr))
+            code = run(
+                namespace,
+                out=text_stream(self.stdout),
+                err=text_stream(self.stderr),
+                driver_options=driver_options,
+                driver_options_reason=reason,
+            )
         except CommandError:
             raise
         except RiverError as exc:
