@@ -313,7 +313,9 @@ class BlockingSQLiteDriver:
         check_sqlite3_version(mod)
         return self._on(
             _Session(
-                Sqlite3AsApsw(conn), begin=_legacy_begin(conn), translate_error=dbapi_translator(mod)
+                Sqlite3AsApsw(conn),
+                begin=_legacy_begin(conn),
+                translate_error=dbapi_translator(mod),
             )
         )
 

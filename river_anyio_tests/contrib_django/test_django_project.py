@@ -33,7 +33,7 @@ pytest.importorskip("django")
 
 #: Requests through Django's test client, after River's and Django's migrations.
 REQUESTS = """
-import io, json
+import io, json, os
 import django
 
 django.setup()
@@ -73,6 +73,13 @@ except RuntimeError:
     pass
 # the process's client reads with its own connections (on SQLite, through Django's module)
 seen = [job.id for job in river_django.get_client().jobs.list(kinds=["ship_order"]).jobs]
+conflict = None
+if os.environ["SHOP_DATABASE_URL"].startswith("sqlite:"):
+    # a Config choosing apsw for the ORM's file: a usage error, before the worker starts
+    try:
+        call_command("river_worker", "shop.jobs:apsw_config")
+    except CommandError as exc:
+        conflict = [exc.returncode, str(exc)]
 print(json.dumps({
     "seen": seen,
     "pending": pending,
@@ -83,6 +90,7 @@ print(json.dumps({
     "created_at": alone.job.created_at.isoformat(),
     "many": [r.job.id for r in many],
     "fast": fast,
+    "conflict": conflict,
 }))
 """
 
@@ -240,6 +248,13 @@ def test_views_commit_the_row_and_job_together_and_a_worker_process_runs_it(
         (max(out["many"]) + 1, "available"),
     ]
     assert out["fast"] == 1
+    if url.startswith("sqlite:"):
+        code, message = out["conflict"]
+        assert code == 2, message
+        assert "driver_options['sqlite_module'] is None" in message, message
+        assert "two SQLite libraries on one file in one process" in message, message
+    else:
+        assert out["conflict"] is None
     assert sorted(out["seen"]) == [job_id for job_id, _ in jobs]
     # river_migrate: validate failed before up (an empty database), list marks the last
     assert out["pending"], out["pending"]

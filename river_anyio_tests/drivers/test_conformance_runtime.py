@@ -30,8 +30,8 @@ from river_anyio.drivers import (
     Listener,
 )
 
-from .support import params as _params
 from .support import open_driver, ph
+from .support import params as _params
 
 pytestmark = pytest.mark.anyio
 UTC = dt.UTC

@@ -192,7 +192,8 @@ CLIENT_CASES: list[tuple[dict[str, Any], str, str]] = [
     (
         {"driver_options": {"busy_timout": 1}},
         "driver_options",
-        "'busy_timout' is not an option of the sqlite driver (options: attach, busy_timeout)",
+        "'busy_timout' is not an option of the sqlite driver "
+        "(options: attach, busy_timeout, sqlite_module)",
     ),
     ({"driver_options": {"schema": "s"}}, "driver_options", "use open_client's schema option"),
     (

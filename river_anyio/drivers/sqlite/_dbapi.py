@@ -319,4 +319,3 @@ def open_dbapi(
         raw.close()
         raise
     return conn
-

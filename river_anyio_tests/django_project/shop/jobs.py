@@ -33,3 +33,9 @@ def _mark_shipped(order_id: int) -> None:
 async def ship_order(ctx: river.WorkContext, job: river.Job[ShipOrder]) -> None:
     # Django's ORM is blocking: run it in a worker thread (on asyncio and trio alike)
     await anyio.to_thread.run_sync(_mark_shipped, job.args.order_id)
+
+
+def apsw_config() -> river.Config:
+    """A Config choosing apsw for River's SQLite file, which Django's ORM also opens (the
+    worker refuses it: two SQLite libraries on one file in one process)."""
+    return river.Config(workers=workers, driver_options={"sqlite_module": None})
