@@ -113,7 +113,6 @@ def _open_driver(url: str, config: Config) -> Driver:
     from ..drivers.sqlite._dbapi import check_sqlite3_version, is_sqlite3_module
     from ._sqlite import BlockingSQLiteDriver, SQLitePool
 
-    check_sqlite_version()
     path = path_from_url(url)
     if config.schema is not None:
         _validate_identifier("schema", config.schema)
@@ -146,6 +145,8 @@ def _open_driver(url: str, config: Config) -> Driver:
                 module,
             )
         check_sqlite3_version(module, field="sqlite_module")
+    else:
+        check_sqlite_version()  # apsw's SQLite (with a module, only the module's matters)
     apsw_pool = SQLitePool(
         path,
         max_size=pool_max_size,
