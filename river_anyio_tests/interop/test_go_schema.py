@@ -131,7 +131,7 @@ def test_down_with_river_anyio_up_with_go(
 
 def test_river_go_leaves_line_river_anyio_alone(river_go: RiverGo, database_url: str) -> None:
     """River Go's migrator reads only line main: a database that also has river_anyio's own
-    line (the lease table) is current for River Go, and River Go migrating main down and up
+    line (leases, queue limits) is current for River Go, and River Go migrating main down and up
     again leaves that line's row and table in place."""
     url = database_url
     up = cli("migrate-up", "--line", "river_anyio", "--database-url", url)
@@ -142,6 +142,6 @@ def test_river_go_leaves_line_river_anyio_alone(river_go: RiverGo, database_url:
     out = river_go.call_sync("migrate", url, "-direction", "up")
     assert out == {"applied": list(range(7, LATEST + 1)), "versions": ALL}
     listed = cli("migrate-list", "--line", "river_anyio", "--database-url", url)
-    assert listed.stdout == "* 001 create_river_anyio_lease\n"
+    assert listed.stdout == "  001 create_river_anyio_lease\n* 002 create_river_anyio_queue_limit\n"
     assert cli("validate", "--line", "river_anyio", "--database-url", url).returncode == 0
     assert_current_for_river_anyio(url)
