@@ -148,23 +148,28 @@ def _one_per_unique_key(
     index. A job whose key an earlier job of the batch holds is left out and reported as a
     duplicate of that job, as SQLite's row-by-row insert reports it.
     """
+    keys = [p.unique_key for p in params if p.unique_key is not None and _indexed(p)]
+    if len(keys) == len(set(keys)):  # the usual case: nothing repeated (or nothing unique)
+        return params, None
     seen: dict[bytes, int] = {}
     where: list[int] = []
     sent: list[JobInsertParams] = []
-    repeated = False
     for p in params:
         key = p.unique_key
-        # River's unique index holds the rows whose state is one of their unique states
-        if key is not None and p.unique_states and p.unique_states & unique_states_mask([p.state]):
+        if key is not None and _indexed(p):
             first = seen.get(key)
             if first is not None:
                 where.append(first)
-                repeated = True
                 continue
             seen[key] = len(sent)
         where.append(len(sent))
         sent.append(p)
-    return (sent, where) if repeated else (params, None)
+    return sent, where
+
+
+def _indexed(p: JobInsertParams) -> bool:
+    """Whether River's unique index holds the row: its state is one of its unique states."""
+    return bool(p.unique_states and p.unique_states & unique_states_mask([p.state]))
 
 
 def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
