@@ -117,6 +117,35 @@ async def test_insert_many_in_order_with_duplicates(database_url: str) -> None:
     assert results[2].job.priority == 4 and results[2].job.queue == "reports"
 
 
+async def test_a_batch_repeating_a_unique_key_inserts_it_once(database_url: str) -> None:
+    """Both databases alike: a job whose unique key an earlier job of the same batch holds is
+    that job's duplicate (PostgreSQL's ON CONFLICT and COPY would refuse the batch)."""
+    unique = river.InsertOpts(unique=river.UniqueOpts(by_args=True))
+    async with river.open_client(database_url) as run:
+        client = run.client
+        results = await client.insert_many(
+            [
+                river.InsertManyParams(Email(to="a"), unique),
+                Email(to="plain"),
+                river.InsertManyParams(Email(to="a"), unique),
+                river.InsertManyParams(Email(to="b"), unique),
+                river.InsertManyParams(Email(to="b"), unique),
+            ]
+        )
+        assert [r.unique_skipped_as_duplicate for r in results] == [False, False, True, False, True]
+        assert results[2].job.id == results[0].job.id and results[4].job.id == results[3].job.id
+        async with client.transaction() as tx:  # inserted and notified apart
+            again = await client.insert_many_tx(
+                tx, [river.InsertManyParams(Email(to="c"), unique)] * 3
+            )
+        assert [r.unique_skipped_as_duplicate for r in again] == [False, True, True]
+        assert len({r.job.id for r in again}) == 1
+        fast = [river.InsertManyParams(Email(to="d"), unique)] * 2 + [Email(to="plain")]
+        assert await client.insert_many_fast(fast) == 2
+        rows = await client.driver.executor().job_list(kinds=["email"], limit=100)
+    assert sorted(r.args["to"] for r in rows) == ["a", "b", "c", "d", "plain", "plain"]
+
+
 async def test_insert_many_fast_counts(database_url: str) -> None:
     async with river.open_client(database_url) as run:
         n = await run.client.insert_many_fast([Email(to=f"{i}") for i in range(250)])

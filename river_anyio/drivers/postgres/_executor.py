@@ -15,7 +15,7 @@ from ..._errors import DatabaseError, MigrationError, ValidationError
 from ..._job import JobRow, JobState
 from ..._queue_limits import RateLimit, RateWindow, limits_table_missing
 from ..._timeutil import format_rfc3339nano
-from ..._unique import UNIQUE_STATES_BY_MASK
+from ..._unique import UNIQUE_STATES_BY_MASK, unique_states_mask
 from .._protocol import (
     Completion,
     CompletionResult,
@@ -134,6 +134,42 @@ def _time_text(value: dt.datetime | None, field: str) -> str:
         return ""
     require_aware(value, field)
     return value.isoformat()
+
+
+def _one_per_unique_key(
+    params: Sequence[JobInsertParams],
+) -> tuple[Sequence[JobInsertParams], list[int] | None]:
+    """The rows to send when a batch holds one unique key more than once, and for each job
+    the position among them of the row it was sent as, or of the earlier job whose key it
+    repeats (``None``: every job is sent as it is).
+
+    A PostgreSQL insert cannot take two rows holding one key of River's unique index:
+    ``ON CONFLICT`` may not change a row twice in one statement, and ``COPY`` violates the
+    index. A job whose key an earlier job of the batch holds is left out and reported as a
+    duplicate of that job, as SQLite's row-by-row insert reports it.
+    """
+    keys = [p.unique_key for p in params if p.unique_key is not None and _indexed(p)]
+    if len(keys) == len(set(keys)):  # the usual case: nothing repeated (or nothing unique)
+        return params, None
+    seen: dict[bytes, int] = {}
+    where: list[int] = []
+    sent: list[JobInsertParams] = []
+    for p in params:
+        key = p.unique_key
+        if key is not None and _indexed(p):
+            first = seen.get(key)
+            if first is not None:
+                where.append(first)
+                continue
+            seen[key] = len(sent)
+        where.append(len(sent))
+        sent.append(p)
+    return sent, where
+
+
+def _indexed(p: JobInsertParams) -> bool:
+    """Whether River's unique index holds the row: its state is one of its unique states."""
+    return bool(p.unique_states and p.unique_states & unique_states_mask([p.state]))
 
 
 def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
@@ -381,22 +417,36 @@ class PostgresExecutor(SharedOperations):
     async def job_insert_fast_many(self, params: Sequence[JobInsertParams]) -> list[InsertedJob]:
         if not params:
             return []
-        return await self._insert(self._q.job_insert_fast_many, _batch_columns(params), params)
+        return await self._insert(self._q.job_insert_fast_many, [], params)
 
     async def _insert(
-        self, query: str, values: Sequence[Any], params: Sequence[JobInsertParams]
+        self, query: str, leading: list[Any], params: Sequence[JobInsertParams]
     ) -> list[InsertedJob]:
-        """Run a batch insert returning one row per job (and its duplicate flag)."""
-        rows = await self._rows(query, values)
-        if len(rows) != len(params):
-            raise DatabaseError(f"insert returned {len(rows)} rows for {len(params)} jobs")
-        return [
+        """Run a batch insert (``leading`` values, then the batch's columns) returning one
+        row per job and its duplicate flag."""
+        sent, where = _one_per_unique_key(params)
+        rows = await self._rows(query, [*leading, *_batch_columns(sent)])
+        if len(rows) != len(sent):
+            raise DatabaseError(f"insert returned {len(rows)} rows for {len(sent)} jobs")
+        inserted = [
             InsertedJob(job=row_to_job(row), unique_skipped_as_duplicate=row[18]) for row in rows
         ]
+        if where is None:
+            return inserted
+        out: list[InsertedJob] = []
+        taken: set[int] = set()
+        for w in where:  # the first job sent as a row gets its result; later ones repeat it
+            if w in taken:
+                out.append(InsertedJob(job=inserted[w].job, unique_skipped_as_duplicate=True))
+            else:
+                taken.add(w)
+                out.append(inserted[w])
+        return out
 
     async def job_insert_fast_many_no_returning(self, params: Sequence[JobInsertParams]) -> int:
         if not params:
             return 0
+        params = _one_per_unique_key(params)[0]
         # Leave a timestamp column out when no job sets it: the column default (the
         # database's now()) applies. Otherwise missing values take this process's clock.
         columns = [
@@ -802,8 +852,8 @@ class PostgresExecutor(SharedOperations):
         if not params:
             await self.notify_many(topic, payloads)
             return []
-        values = [self._channel(topic), list(payloads), *_batch_columns(params)]
-        return await self._insert(self._q.job_insert_fast_many_notify, values, params)
+        leading = [self._channel(topic), list(payloads)]
+        return await self._insert(self._q.job_insert_fast_many_notify, leading, params)
 
     # --- a claim whose reply was lost ----------------------------------------------------------
 
