@@ -21,10 +21,14 @@ CORE = [
     "river_anyio_tests/cli",
     "river_anyio_tests/migrate",
 ]
-#: Left out of the floors run to keep CI short: they repeat a scenario many times (or run
-#: the worker command as subprocesses) over code paths the rest of the core already covers.
+#: Left out of the floors run to keep CI short: they repeat a scenario many times, or run
+#: clients or the worker command as subprocesses, over code paths the rest of the core
+#: already covers in process.
 CORE_LEFT_OUT = [
     "river_anyio_tests/runtime/test_stop_claims.py",
+    "river_anyio_tests/runtime/test_leadership_processes.py",
+    "river_anyio_tests/runtime/test_queue_limits_processes.py",
+    "river_anyio_tests/runtime/test_sqlite_other_process.py",
     "river_anyio_tests/cli/test_worker.py",
     "river_anyio_tests/cli/test_passwords.py",
 ]
@@ -84,7 +88,10 @@ def lint(session: nox.Session) -> None:
 
 @nox.session
 def types(session: nox.Session) -> None:
-    session.install("-e", ".[all,opentelemetry,prometheus,starlette]", "pytest>=8.3", "mypy>=1.13")
+    session.install(
+        "-e", ".[all,opentelemetry,prometheus,starlette,sqlalchemy,django]", "pytest>=8.3",
+        "mypy>=1.13",
+    )  # fmt: skip
     session.run("mypy")
 
 
