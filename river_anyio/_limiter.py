@@ -4,9 +4,15 @@ River limits insert notifications (per queue, per client) and fetches (per produ
 cooldown (100 ms by default). That guards the database against notification storms, but it
 also means a job inserted 5 ms after another waits for the rest of the cooldown to be noticed:
 at 200 inserts/s the pickup latency is then ~50 ms instead of ~1 ms. river_anyio keeps the
-same guard on sustained load and lets short bursts through: up to ``burst`` events per cooldown
-window. Under a storm the rate is still capped (``burst / cooldown`` per second, 100/s with
-the defaults), and each fetch then claims many jobs.
+same guard on sustained load and lets bursts through: up to ``burst`` events per cooldown
+window. Under a storm the rate is still capped at ``burst / cooldown`` per second: 500 insert
+notifications a second per queue and inserting client (``BURST_DEFAULT``), and 250 notified
+fetches a second per producer (``FETCH_BURST`` of the pacer), each fetch then claiming every
+job that has arrived.
+
+Insert notifications allow 50 per window: at 10 per window, an application inserting 200 jobs
+a second from another process left half of them to wait for a later notification (measured
+pickup p50 / p95 / p99 of 7 / 24 / 38 ms, against 2 / 3 / 4 ms at 50).
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from collections.abc import Callable
 
 __all__ = ["BurstLimiter"]
 
-BURST_DEFAULT = 10
+BURST_DEFAULT = 50
 
 
 class BurstLimiter:
