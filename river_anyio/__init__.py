@@ -49,6 +49,7 @@ from ._job import JobRow as JobRow
 from ._job import JobState as JobState
 from ._job import UniqueOpts as UniqueOpts
 from ._jobs_api import JobListCursor as JobListCursor
+from ._jobs_api import JobListOptions as JobListOptions
 from ._jobs_api import JobListResult as JobListResult
 from ._jobs_api import JobsAPI as JobsAPI
 from ._lease import Lease as Lease
@@ -105,6 +106,7 @@ __all__ = (
     "Job",
     "JobArgs",
     "JobListCursor",
+    "JobListOptions",
     "JobListResult",
     "JobRow",
     "JobRunningError",

@@ -16,7 +16,7 @@ import json
 import logging
 import math
 from collections.abc import Mapping, Sequence
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypedDict, Unpack
 
 import anyio
 import attrs
@@ -36,6 +36,7 @@ from .drivers import JobListQuery
 __all__ = [
     "MAX_OUTPUT_BYTES",
     "JobListCursor",
+    "JobListOptions",
     "JobListResult",
     "JobsAPI",
     "encode_output",
@@ -210,21 +211,40 @@ def _job_id(value: object) -> int:
     return value
 
 
+class JobListOptions(TypedDict, total=False):
+    """The filters, order and page of :meth:`JobsAPI.list` (River's ``JobListParams``), as
+    typed keyword options: every filter unset by default, ``order_by="id"``,
+    ``order="asc"``, ``limit=100``."""
+
+    ids: Sequence[int] | None
+    kinds: Sequence[str] | None
+    priorities: Sequence[int] | None
+    queues: Sequence[str] | None
+    states: Sequence[JobState | str] | None
+    tags_all: Sequence[str] | None
+    tags_any: Sequence[str] | None
+    metadata: Mapping[str, Any] | str | None
+    order_by: OrderBy
+    order: Literal["asc", "desc"]
+    limit: int
+    after: JobListCursor | str | JobRow | None
+
+
 def _plan_list(
     *,
     dialect: str,
-    ids: object,
-    kinds: object,
-    priorities: object,
-    queues: object,
-    states: object,
-    tags_all: object,
-    tags_any: object,
-    metadata: object,
-    order_by: object,
-    order: object,
-    limit: object,
-    after: object,
+    ids: object = None,
+    kinds: object = None,
+    priorities: object = None,
+    queues: object = None,
+    states: object = None,
+    tags_all: object = None,
+    tags_any: object = None,
+    metadata: object = None,
+    order_by: object = "id",
+    order: object = "asc",
+    limit: object = 100,
+    after: object = None,
 ) -> _ListPlan:
     if order_by not in _ORDER_FIELDS:
         raise ValidationError("order_by", f"must be one of {', '.join(_ORDER_FIELDS)}", order_by)
@@ -379,22 +399,7 @@ class JobsAPI(ClientAPI):
 
     # list
 
-    async def list(
-        self,
-        *,
-        ids: Sequence[int] | None = None,
-        kinds: Sequence[str] | None = None,
-        priorities: Sequence[int] | None = None,
-        queues: Sequence[str] | None = None,
-        states: Sequence[JobState | str] | None = None,
-        tags_all: Sequence[str] | None = None,
-        tags_any: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | str | None = None,
-        order_by: OrderBy = "id",
-        order: Literal["asc", "desc"] = "asc",
-        limit: int = 100,
-        after: JobListCursor | str | JobRow | None = None,
-    ) -> JobListResult:
+    async def list(self, **options: Unpack[JobListOptions]) -> JobListResult:
         """River's JobList: jobs matching every given filter, a page at a time.
 
         ``order_by``: ``"id"``; ``"time"`` (the time that matters for the first state filtered
@@ -404,29 +409,13 @@ class JobsAPI(ClientAPI):
         (PostgreSQL only). ``after`` resumes after a cursor (``result.last_cursor``, its text,
         or a job row). ``limit`` is 1 to 10,000.
         """
-        return await self._list(None, **_kw(locals()))
+        return await self._list(None, options)
 
-    async def list_tx(
-        self,
-        tx: object,
-        *,
-        ids: Sequence[int] | None = None,
-        kinds: Sequence[str] | None = None,
-        priorities: Sequence[int] | None = None,
-        queues: Sequence[str] | None = None,
-        states: Sequence[JobState | str] | None = None,
-        tags_all: Sequence[str] | None = None,
-        tags_any: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | str | None = None,
-        order_by: OrderBy = "id",
-        order: Literal["asc", "desc"] = "asc",
-        limit: int = 100,
-        after: JobListCursor | str | JobRow | None = None,
-    ) -> JobListResult:
-        return await self._list(tx, **_kw(locals()))
+    async def list_tx(self, tx: object, **options: Unpack[JobListOptions]) -> JobListResult:
+        return await self._list(tx, options)
 
-    async def _list(self, tx: object | None, **kw: Any) -> JobListResult:
-        plan = _plan_list(dialect=self._client.driver.dialect, **kw)
+    async def _list(self, tx: object | None, options: JobListOptions) -> JobListResult:
+        plan = _plan_list(dialect=self._client.driver.dialect, **options)
         jobs = await self._ex(tx).job_list_query(plan.query)
         return JobListResult(jobs=jobs, last_cursor=plan.cursor(jobs[-1]) if jobs else None)
 

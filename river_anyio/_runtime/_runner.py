@@ -351,7 +351,7 @@ class JobRunner:
                 error = exc
             finally:
                 done = True
-                tg.cancel_scope.cancel()
+                tg.cancel_scope.cancel("the thread returned")
         # A thread that returned (or raised) after being told to stop was cancelled: the
         # cancellation (timeout, remote cancel, stop) decides the outcome, on every backend.
         if ctx.cancelled.is_set():

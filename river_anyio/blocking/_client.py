@@ -11,14 +11,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, Literal
+from typing import Any, Final, Unpack
 
 from .._client import NOTIFY_COOLDOWN, default_client_id
 from .._client import Client as AsyncClient
 from .._config import Config
 from .._errors import ConfigError
-from .._job import InsertOpts, InsertResult, JobRow, JobState
-from .._jobs_api import JobListCursor, JobListResult, OrderBy
+from .._job import InsertOpts, InsertResult, JobRow
+from .._jobs_api import JobListOptions, JobListResult
 from .._limiter import KeyedBurstLimiter
 from ..drivers import Driver, QueueRow, dialect_of_url
 from ._drive import drive
@@ -275,44 +275,13 @@ class Jobs:
     def get_tx(self, conn: object, job_id: int) -> JobRow:
         return drive(self._api.get_tx(conn, job_id))
 
-    def list(
-        self,
-        *,
-        ids: Sequence[int] | None = None,
-        kinds: Sequence[str] | None = None,
-        priorities: Sequence[int] | None = None,
-        queues: Sequence[str] | None = None,
-        states: Sequence[JobState | str] | None = None,
-        tags_all: Sequence[str] | None = None,
-        tags_any: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | str | None = None,
-        order_by: OrderBy = "id",
-        order: Literal["asc", "desc"] = "asc",
-        limit: int = 100,
-        after: JobListCursor | str | JobRow | None = None,
-    ) -> JobListResult:
+    def list(self, **options: Unpack[JobListOptions]) -> JobListResult:
         """River's JobList, as :meth:`river_anyio.Client.jobs.list <river_anyio.JobsAPI.list>`:
         one page of jobs and ``last_cursor`` to pass as ``after``."""
-        return drive(self._api.list(**_kw_of(locals())))
+        return drive(self._api.list(**options))
 
-    def list_tx(
-        self,
-        conn: object,
-        *,
-        ids: Sequence[int] | None = None,
-        kinds: Sequence[str] | None = None,
-        priorities: Sequence[int] | None = None,
-        queues: Sequence[str] | None = None,
-        states: Sequence[JobState | str] | None = None,
-        tags_all: Sequence[str] | None = None,
-        tags_any: Sequence[str] | None = None,
-        metadata: Mapping[str, Any] | str | None = None,
-        order_by: OrderBy = "id",
-        order: Literal["asc", "desc"] = "asc",
-        limit: int = 100,
-        after: JobListCursor | str | JobRow | None = None,
-    ) -> JobListResult:
-        return drive(self._api.list_tx(conn, **_kw_of(locals())))
+    def list_tx(self, conn: object, **options: Unpack[JobListOptions]) -> JobListResult:
+        return drive(self._api.list_tx(conn, **options))
 
     def cancel(self, job_id: int) -> JobRow:
         """River's JobCancel: cancels a job not yet running at once; a running one is asked
@@ -363,8 +332,3 @@ class Queues:
 
     def resume_tx(self, conn: object, name: str) -> None:
         drive(self._api.resume_tx(conn, name))
-
-
-def _kw_of(local: dict[str, Any]) -> dict[str, Any]:
-    """A method's keyword arguments, from its ``locals()``."""
-    return {k: v for k, v in local.items() if k not in ("self", "conn")}

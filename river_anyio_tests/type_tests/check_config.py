@@ -72,3 +72,12 @@ async def correct_calls(url: str, workers: river.Workers) -> None:
         started: river.ClientRun = await tg.start(river.run_client, url, config)
         started.stop()
         await tg.start(functools.partial(river.run_client, url, config))
+
+
+async def job_list_options(client: river.Client) -> None:
+    page = await client.jobs.list(kinds=["email"], order="desc", limit=10)
+    assert_type(page, river.JobListResult)
+    await client.jobs.list(limt=10)  # error: call-arg
+    await client.jobs.list(order="down")  # error: arg-type
+    options: river.JobListOptions = {"states": [river.JobState.AVAILABLE], "limit": 5}
+    await client.jobs.list_tx(object(), **options)

@@ -79,7 +79,7 @@ async def _wait_rw(fd: int) -> int:
             else:
                 await anyio.wait_writable(fd)
                 ready |= Ready.W
-            tg.cancel_scope.cancel()
+            tg.cancel_scope.cancel("the socket is ready")
 
         tg.start_soon(one, True)
         tg.start_soon(one, False)

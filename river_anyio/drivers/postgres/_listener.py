@@ -77,7 +77,7 @@ class PostgresListener:
         # A waiting consumer holds the connection lock: interrupt its wait; the lock is
         # handed to us (FIFO) before the consumer can take it again.
         if self._wait_scope is not None:
-            self._wait_scope.cancel()
+            self._wait_scope.cancel("a LISTEN or UNLISTEN needs the connection")
         with map_errors():
             await self._conn.execute(statement.encode(), prepare=False)
 
