@@ -4,11 +4,12 @@ River limits insert notifications (per queue, per client) and fetches (per produ
 cooldown (100 ms by default). That guards the database against notification storms, but it
 also means a job inserted 5 ms after another waits for the rest of the cooldown to be noticed:
 at 200 inserts/s the pickup latency is then ~50 ms instead of ~1 ms. river_anyio keeps the
-same guard on sustained load and lets bursts through: up to ``burst`` events per cooldown
-window. Under a storm the rate is still capped at ``burst / cooldown`` per second: 500 insert
-notifications a second per queue and inserting client (``BURST_DEFAULT``), and 250 notified
-fetches a second per producer (``FETCH_BURST`` of the pacer), each fetch then claiming every
-job that has arrived.
+same guard on sustained load and lets bursts through: a token bucket of ``burst`` events per
+cooldown window. Under a storm the rate is still capped at ``burst / cooldown`` per second,
+spread evenly: 500 insert notifications a second per queue and inserting client
+(``BURST_DEFAULT``: one every 2 ms once a burst of 50 is spent), and 250 notified fetches a
+second per producer (``FETCH_BURST`` of the pacer: one every 4 ms after 25), each fetch then
+claiming every job that has arrived.
 
 Insert notifications allow 50 per window: at 10 per window, an application inserting 200 jobs
 a second from another process left half of them to wait for a later notification (measured
@@ -17,17 +18,25 @@ pickup p50 / p95 / p99 of 7 / 24 / 38 ms, against 2 / 3 / 4 ms at 50).
 
 from __future__ import annotations
 
+import math
 import time
-from collections import deque
 from collections.abc import Callable
 
 __all__ = ["BurstLimiter"]
 
 BURST_DEFAULT = 50
+_EPSILON = 1e-9
 
 
 class BurstLimiter:
-    """At most ``burst`` events in any ``window`` seconds."""
+    """At most ``burst`` events at once, and ``burst`` per ``window`` seconds sustained: a
+    token bucket (as GCRA) holding ``burst`` tokens, one back every ``window / burst``.
+
+    Once a burst is spent, events are let through evenly, one per ``window / burst``, not in
+    clumps of ``burst`` at the start of each window: a sliding window of ``burst`` events let a
+    sustained flow through for the first part of each window and then nothing until it slid
+    on, so whatever the event serves (a notification, a fetch) waited up to most of a window.
+    """
 
     def __init__(
         self,
@@ -35,28 +44,23 @@ class BurstLimiter:
         burst: int = BURST_DEFAULT,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._window = window
         self._burst = max(1, burst)
+        #: one token comes back every ``interval`` seconds
+        self._interval = window / self._burst
+        #: how far ahead of now the bucket's debt may run: a full bucket's worth, less one
+        self._tolerance = window - self._interval
         self._clock = clock
-        self._times: deque[float] = deque()
-
-    def _trim(self, now: float) -> None:
-        times = self._times
-        while times and now - times[0] >= self._window:
-            times.popleft()
+        #: when the bucket is full again (GCRA's "theoretical arrival time")
+        self._full_at = -math.inf
 
     def delay(self) -> float:
         """Seconds until the next event is allowed (0 when it may happen now)."""
-        now = self._clock()
-        self._trim(now)
-        if len(self._times) < self._burst:
-            return 0.0
-        return self._window - (now - self._times[0])  # same arithmetic as _trim
+        wait = self._full_at - self._tolerance - self._clock()
+        return wait if wait > _EPSILON else 0.0  # not a rounding error's wait
 
     def record(self) -> None:
-        now = self._clock()
-        self._trim(now)
-        self._times.append(now)
+        """An event happened (allowed or not: a due event is recorded too)."""
+        self._full_at = max(self._full_at, self._clock()) + self._interval
 
     def try_acquire(self) -> bool:
         """Record an event if one is allowed now; False otherwise."""

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import itertools
+
 from river_anyio._limiter import BurstLimiter, KeyedBurstLimiter
 
 
@@ -11,25 +13,43 @@ class FakeClock:
         return self.t
 
 
-def test_burst_then_cooldown() -> None:
+def test_a_burst_then_one_event_per_interval() -> None:
     clock = FakeClock()
-    lim = BurstLimiter(0.1, burst=3, clock=clock)
-    assert [lim.try_acquire() for _ in range(4)] == [True, True, True, False]
-    assert abs(lim.delay() - 0.1) < 1e-9
-    clock.t += 0.05
+    lim = BurstLimiter(0.1, burst=4, clock=clock)
+    assert [lim.try_acquire() for _ in range(5)] == [True, True, True, True, False]
+    # once the burst is spent, the next event waits one interval (window / burst), not for
+    # the window to slide past the whole burst
+    assert abs(lim.delay() - 0.025) < 1e-9
+    clock.t += 0.02
     assert not lim.try_acquire()
-    clock.t += 0.06  # the first three events leave the window together
-    assert [lim.try_acquire() for _ in range(4)] == [True, True, True, False]
+    clock.t += 0.006
+    assert [lim.try_acquire() for _ in range(2)] == [True, False]
+    # a quiet window refills the bucket: a whole burst again, and no more
+    clock.t += 0.2
+    assert [lim.try_acquire() for _ in range(5)] == [True, True, True, True, False]
 
 
-def test_sustained_rate_is_capped() -> None:
+def test_sustained_rate_is_capped_and_evenly_spread() -> None:
     clock = FakeClock()
     lim = BurstLimiter(0.1, burst=10, clock=clock)
-    allowed = 0
+    allowed: list[float] = []
     for _ in range(1000):  # 1 s of attempts every millisecond
-        allowed += lim.try_acquire()
+        if lim.try_acquire():
+            allowed.append(clock.t)
         clock.t += 0.001
-    assert allowed == 100
+    # the first burst, then burst / window a second
+    assert 100 <= len(allowed) <= 100 + 10
+    gaps = [b - a for a, b in itertools.pairwise(allowed[10:])]
+    assert all(abs(g - 0.01) < 0.0015 for g in gaps), gaps
+
+
+def test_a_recorded_event_that_was_not_allowed_still_counts() -> None:
+    clock = FakeClock()
+    lim = BurstLimiter(0.1, burst=2, clock=clock)
+    lim.record()
+    lim.record()
+    lim.record()  # over the limit (a due fetch): the bucket runs a debt
+    assert abs(lim.delay() - 0.1) < 1e-9
 
 
 def test_keys_are_independent() -> None:

@@ -3,9 +3,10 @@
 Fetch triggers (River's): start-up; an insert notification for this queue; the poll timer
 every ``fetch_poll_interval`` plus jitter ``U[0, max(interval/10, 10 ms))``; a resume.
 Notification- and poll-triggered fetches are rate limited by ``fetch_cooldown``, the guard
-against notification storms: up to ``FETCH_BURST`` fetches per cooldown window, so a job
-inserted a few milliseconds after another is still picked up at once, while a storm is capped
-at ``FETCH_BURST / fetch_cooldown`` fetches per second.
+against notification storms: a burst of up to ``FETCH_BURST`` fetches, then one every
+``fetch_cooldown / FETCH_BURST`` (a token bucket), so a job inserted a few milliseconds after
+another is still picked up at once, while a storm is capped at ``FETCH_BURST / fetch_cooldown``
+fetches per second, evenly spread.
 
 Beyond River, freed slots are refilled promptly while a backlog exists (the last claim filled
 every free slot): once a worthwhile share of the slots is free (half of them, at most 25) a
@@ -32,7 +33,7 @@ from .._limiter import BurstLimiter
 
 __all__ = ["FETCH_BURST", "NO_LOW_WATER", "PREFETCH_HORIZON", "PREFETCH_MAX", "FetchPacer"]
 
-#: Notification- and poll-triggered fetches allowed per ``fetch_cooldown`` window.
+#: Notification- and poll-triggered fetches allowed at once, and per ``fetch_cooldown``.
 FETCH_BURST = 25
 #: Claimed-ahead rows are limited to what the workers start within this many seconds...
 PREFETCH_HORIZON = 0.05

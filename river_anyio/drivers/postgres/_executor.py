@@ -425,7 +425,7 @@ class PostgresExecutor(SharedOperations):
         """Run a batch insert (``leading`` values, then the batch's columns) returning one
         row per job and its duplicate flag."""
         sent, where = _one_per_unique_key(params)
-        rows = await self._rows(query, [*leading, *_batch_columns(sent)])
+        rows = await self._rows(query, [*leading, *_batch_columns(sent)], binary=True)
         if len(rows) != len(sent):
             raise DatabaseError(f"insert returned {len(rows)} rows for {len(sent)} jobs")
         inserted = [
