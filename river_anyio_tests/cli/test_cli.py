@@ -11,10 +11,11 @@ import sys
 import urllib.parse
 import venv
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
-from river_anyio._bench import parse_duration
+from river_anyio._bench import parse_duration, run_bench
 from river_anyio._cli import main
 from river_anyio.migrate import all_migrations
 
@@ -383,6 +384,20 @@ def test_bench_insert_flag_errors() -> None:
         assert says in err, (bad, err)
         assert len(err.splitlines()) == 1, err
         assert out == "", out
+
+    # run_bench itself refuses them too, before anything runs
+    def bench(rate: float | None, insert: Literal["one", "burst", "many"], size: int | None) -> int:
+        return run_bench(
+            database_url=None, total=None, duration=1.0, rate=rate, max_workers=5,
+            loop="asyncio", yes=False, fetch_cooldown=None, insert=insert, insert_size=size,
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="--insert one inserts one job per call"):
+        bench(5.0, "one", 2)
+    with pytest.raises(ValueError, match="--insert-size must be at least 1"):
+        bench(5.0, "many", 0)
+    with pytest.raises(ValueError, match="need --rate"):
+        bench(None, "burst", None)
 
 
 @pytest.mark.parametrize(
