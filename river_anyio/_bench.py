@@ -65,8 +65,8 @@ URL_VARIABLE = "RIVER_ANYIO_BENCH_URL"
 
 Inserter = Literal["client", "process"]
 InsertStyle = Literal["one", "burst", "many"]
-#: The steady-rate mode's ceiling on insert calls in flight at once (PostgreSQL: the separate
-#: inserter process opens this many pool connections).
+#: The steady-rate mode's ceiling on insert calls in flight at once (bursts bigger than half of
+#: it excepted: two of them may overlap).
 IN_FLIGHT = 16
 #: ``--insert-size`` when not given: ``one`` inserts a job per call, the others this many.
 DEFAULT_INSERT_SIZE = 10
@@ -84,15 +84,20 @@ class InsertSchedule:
 
     @property
     def lanes(self) -> int:
-        """Ticks in flight at once: at most IN_FLIGHT insert calls (a bigger burst alone)."""
-        return max(1, IN_FLIGHT // self.size) if self.style == "burst" else IN_FLIGHT
+        """Ticks in flight at once: IN_FLIGHT insert calls, but always two bursts, so one
+        slow burst does not hold back the next."""
+        return max(2, IN_FLIGHT // self.size) if self.style == "burst" else IN_FLIGHT
+
+    @property
+    def in_flight(self) -> int:
+        """Insert calls in flight at most."""
+        return self.lanes * self.size if self.style == "burst" else self.lanes
 
     def describe(self) -> str:
         if self.style == "one":
             return f"one insert each, up to {self.lanes} at once"
         if self.style == "burst":
-            bursts = f"{self.lanes} bursts" if self.lanes > 1 else "one burst"
-            return f"bursts of {self.size} concurrent inserts, up to {bursts} at once"
+            return f"bursts of {self.size} concurrent inserts, up to {self.lanes} bursts at once"
         return f"insert_many of {self.size} each, up to {self.lanes} at once"
 
 
@@ -422,7 +427,8 @@ async def insert_process_main(
     """The separate inserter's body (``python -m river_anyio._bench_inserter``)."""
     options: ConfigOptions = {"schema": schema}
     if dialect_of_url(url) == "postgres":
-        options["driver_options"] = {"pool_max_size": IN_FLIGHT}  # one per insert in flight
+        # a connection for every insert in flight
+        options["driver_options"] = {"pool_max_size": schedule.in_flight}
     async with open_client(url, **options) as run:
         return await _insert_at_rate(run.client, schedule, None, None)
 

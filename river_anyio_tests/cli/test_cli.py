@@ -329,7 +329,7 @@ def _achieved(out: str, asked: int, how: str) -> int:
         ("postgres", "asyncio", "client", ["--insert", "one", "--insert-size", "1"], 40, 1,
          "one insert each, up to 16 at once"),
         ("postgres", "asyncio", "process", ["--insert", "burst"], 40, 10,
-         "bursts of 10 concurrent inserts, up to one burst at once"),
+         "bursts of 10 concurrent inserts, up to 2 bursts at once"),
         ("postgres", "trio", "client", ["--insert", "many", "--insert-size", "5"], 20, 5,
          "insert_many of 5 each, up to 16 at once"),
         ("sqlite", "trio", "client", ["--insert", "burst", "--insert-size", "3"], 24, 3,
