@@ -6,12 +6,14 @@ Like River's own bench it empties ``river_job`` of the database given (so it ref
 - drain (``-n``): inserts that many no-op jobs up front, before the working client starts, and
   times their drain (jobs finished while the client was starting are left out of the rate and
   of the CPU per job);
-- steady rate (``--duration`` with ``--rate``): ``--rate`` jobs a second are inserted one by one
-  while the client works them, either by the working client itself (``--inserter client``) or
-  by a separate OS process with its own client on the same database (``--inserter process``,
-  as in real applications). Each job carries ``time.time()`` taken just before its insert and
-  the worker reads ``time.time()`` when the job's body starts: enqueue-to-start with one clock
-  (the machine's), whichever process inserted;
+- steady rate (``--duration`` with ``--rate``): ``--rate`` jobs a second are inserted on a fixed
+  schedule while the client works them, either by the working client itself (``--inserter
+  client``) or by a separate OS process with its own client on the same database (``--inserter
+  process``, as in real applications); ``--insert`` picks one ``insert`` per job (up to 16 in
+  flight), bursts of ``--insert-size`` concurrent ``insert`` calls, or one ``insert_many`` of
+  ``--insert-size`` jobs. Each job carries ``time.time()`` taken just before the call that
+  inserts it and the worker reads ``time.time()`` when the job's body starts: enqueue-to-start
+  with one clock (the machine's), whichever process inserted;
 - continuous (``--duration`` alone): River's ``river bench`` method: a backlog of ``--backlog``
   jobs (River's 75,000) is inserted before the client starts, then every 250 ms topped up in
   batches of 5,000 by the working process; the rate is the jobs worked over the run.
@@ -29,13 +31,14 @@ import re
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Literal, TextIO
 
 import anyio
 import attrs
 
+from ._client import Client
 from ._config import Config, ConfigOptions, QueueConfig
 from ._errors import DatabaseError
 from ._insert import InsertManyParams
@@ -61,6 +64,41 @@ FINISH_TIMEOUT = 30.0
 URL_VARIABLE = "RIVER_ANYIO_BENCH_URL"
 
 Inserter = Literal["client", "process"]
+InsertStyle = Literal["one", "burst", "many"]
+#: The steady-rate mode's ceiling on insert calls in flight at once (bursts bigger than half of
+#: it excepted: two of them may overlap).
+IN_FLIGHT = 16
+#: ``--insert-size`` when not given: ``one`` inserts a job per call, the others this many.
+DEFAULT_INSERT_SIZE = 10
+
+
+@attrs.frozen(kw_only=True)
+class InsertSchedule:
+    """How the steady-rate mode inserts: ``rate`` jobs a second for ``duration`` seconds, in
+    ticks of ``size`` jobs every ``size / rate`` seconds (``one``: ``size`` is 1)."""
+
+    rate: float
+    duration: float
+    style: InsertStyle = "one"
+    size: int = 1
+
+    @property
+    def lanes(self) -> int:
+        """Ticks in flight at once: IN_FLIGHT insert calls, but always two bursts, so one
+        slow burst does not hold back the next."""
+        return max(2, IN_FLIGHT // self.size) if self.style == "burst" else IN_FLIGHT
+
+    @property
+    def in_flight(self) -> int:
+        """Insert calls in flight at most."""
+        return self.lanes * self.size if self.style == "burst" else self.lanes
+
+    def describe(self) -> str:
+        if self.style == "one":
+            return f"one insert each, up to {self.lanes} at once"
+        if self.style == "burst":
+            return f"bursts of {self.size} concurrent inserts, up to {self.lanes} bursts at once"
+        return f"insert_many of {self.size} each, up to {self.lanes} at once"
 
 
 @attrs.frozen
@@ -94,8 +132,10 @@ class BenchResult:
     end_to_end_p95_ms: float
     end_to_end_p99_ms: float
     cpu_us_per_job: float
-    #: Steady-rate mode: how many jobs were inserted and the enqueue-to-start percentiles.
+    #: Steady-rate mode: how many jobs were inserted, in how long (the duration, or until the
+    #: last insert returned if later), and the enqueue-to-start percentiles.
     inserted: int | None = None
+    insert_seconds: float = math.nan
     start_p50_ms: float = math.nan
     start_p95_ms: float = math.nan
     start_p99_ms: float = math.nan
@@ -118,6 +158,8 @@ class _Plan:
     duration: float | None
     rate: float | None
     inserter: Inserter
+    insert: InsertStyle
+    insert_size: int
     backlog: int
     max_workers: int
     loop: str
@@ -164,6 +206,7 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
     workers.add(BenchArgs, _noop)
     workers.add(BenchTimedArgs, timed)
     inserted = 0
+    insert_seconds = math.nan
     if plan.total is not None:
         # Every job is inserted before the working client starts, so the drain is timed alone.
         await _insert_backlog(plan, plan.total, out)
@@ -226,11 +269,14 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
                     last_worked = worked
         else:
             assert plan.duration is not None
+            schedule = InsertSchedule(
+                rate=plan.rate, duration=plan.duration, style=plan.insert, size=plan.insert_size
+            )
             if plan.inserter == "process":
-                inserted = await _insert_from_process(plan, done, out)
+                inserted, insert_seconds = await _insert_from_process(plan, schedule, done, out)
             else:
-                inserted = await _insert_at_rate(
-                    client.insert, plan.rate, plan.duration, lambda: done() - before, out
+                inserted, insert_seconds = await _insert_at_rate(
+                    client, schedule, lambda: done() - before, out
                 )
             with anyio.move_on_after(FINISH_TIMEOUT) as finish:
                 while len(started_ms) < inserted or done() - before < inserted:  # noqa: ASYNC110
@@ -274,6 +320,7 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
         end_to_end_p99_ms=_pct(e2e, 0.99),
         cpu_us_per_job=cpu / worked * 1e6 if worked else float("nan"),
         inserted=inserted if plan.rate is not None else None,
+        insert_seconds=insert_seconds,
         start_p50_ms=_pct(started_ms, 0.5),
         start_p95_ms=_pct(started_ms, 0.95),
         start_p99_ms=_pct(started_ms, 0.99),
@@ -282,40 +329,73 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
 
 
 async def _insert_at_rate(
-    insert: Callable[[BenchTimedArgs], Awaitable[object]],
-    rate: float,
-    duration: float,
+    client: Client,
+    schedule: InsertSchedule,
     worked: Callable[[], int] | None,
     out: TextIO | None,
-) -> int:
-    """Insert ``rate`` stamped jobs a second, one by one, for ``duration``; returns how many.
+) -> tuple[int, float]:
+    """Insert ``schedule.rate`` stamped jobs a second for ``schedule.duration``; returns how many
+    and the seconds they took (the duration, or longer if the last insert returned later).
 
-    The schedule is fixed (job i is due at start + i / rate), so a slow insert is caught up
-    rather than lowering the rate.
+    The schedule is fixed: tick j (``size`` jobs) is due at start + j * size / rate. A few tasks
+    (``schedule.lanes``) each take the next due tick, so one slow insert does not delay the
+    next: a late tick is caught up, not dropped, until the duration is over.
     """
+    size = schedule.size
+    interval = size / schedule.rate
     start = time.perf_counter()
-    deadline = start + duration
+    deadline = start + schedule.duration
+    next_tick = 0
+    inserted = 0
     next_report = start + PROGRESS_EVERY
-    interval = 1.0 / rate
-    i = 0
-    while (now := time.perf_counter()) < deadline:
-        if now >= start + i * interval:
-            await insert(BenchTimedArgs(n=i, t=time.time()))
-            i += 1
-        await anyio.sleep(max(0.0, start + i * interval - time.perf_counter()))
-        if out is not None and worked is not None and now >= next_report:
-            next_report = now + PROGRESS_EVERY
-            print(f"  {i:,} inserted, {worked():,} worked", file=out)
-    return i
+
+    async def insert_one(n: int) -> None:
+        nonlocal inserted
+        await client.insert(BenchTimedArgs(n=n, t=time.time()))
+        inserted += 1
+
+    async def insert_tick(first: int) -> None:
+        nonlocal inserted
+        if schedule.style == "many":
+            t = time.time()
+            await client.insert_many([BenchTimedArgs(n=first + k, t=t) for k in range(size)])
+            inserted += size
+        elif schedule.style == "burst":
+            async with anyio.create_task_group() as burst:
+                for k in range(size):
+                    burst.start_soon(insert_one, first + k)
+        else:
+            await insert_one(first)
+
+    async def take_ticks() -> None:
+        nonlocal next_tick, next_report
+        while (due := start + next_tick * interval) < deadline:
+            first = next_tick * size
+            next_tick += 1
+            await anyio.sleep(max(0.0, due - time.perf_counter()))
+            if (now := time.perf_counter()) >= deadline:
+                return  # too far behind: the duration is over
+            if out is not None and worked is not None and now >= next_report:
+                next_report = now + PROGRESS_EVERY
+                print(f"  {inserted:,} inserted, {worked():,} worked", file=out)
+            await insert_tick(first)
+
+    async with anyio.create_task_group() as lanes:
+        for _ in range(schedule.lanes):
+            lanes.start_soon(take_ticks)
+    await anyio.sleep(max(0.0, deadline - time.perf_counter()))  # the schedule spans it all
+    return inserted, time.perf_counter() - start
 
 
-async def _insert_from_process(plan: _Plan, done: Callable[[], int], out: TextIO) -> int:
+async def _insert_from_process(
+    plan: _Plan, schedule: InsertSchedule, done: Callable[[], int], out: TextIO
+) -> tuple[int, float]:
     """Run the steady-rate inserts in a separate OS process with its own client; returns how
-    many jobs it inserted (it prints the count as its last line)."""
-    assert plan.rate is not None
-    assert plan.duration is not None
+    many jobs it inserted and in how many seconds (its last line: ``COUNT SECONDS``)."""
     argv = [sys.executable, "-m", "river_anyio._bench_inserter"]
-    argv += ["--rate", repr(plan.rate), "--duration", repr(plan.duration), "--loop", plan.loop]
+    argv += ["--rate", repr(schedule.rate), "--duration", repr(schedule.duration)]
+    argv += ["--insert", schedule.style, "--insert-size", str(schedule.size)]
+    argv += ["--loop", plan.loop]
     if plan.schema:
         argv += ["--schema", plan.schema]
     env = {**os.environ, URL_VARIABLE: plan.url}
@@ -332,18 +412,25 @@ async def _insert_from_process(plan: _Plan, done: Callable[[], int], out: TextIO
         output = b""
         async for chunk in process.stdout:
             output += chunk
-    lines = output.decode().split()
-    if process.returncode != 0 or not lines or not lines[-1].isdigit():
+    lines = output.decode().splitlines()
+    last = lines[-1].split() if lines else []
+    if process.returncode != 0 or len(last) != 2 or not last[0].isdigit():
         raise RuntimeError(
             f"the inserter process failed (exit status {process.returncode}); see its errors above"
         )
-    return int(lines[-1])
+    return int(last[0]), float(last[1])
 
 
-async def insert_process_main(url: str, *, schema: str | None, rate: float, duration: float) -> int:
+async def insert_process_main(
+    url: str, *, schema: str | None, schedule: InsertSchedule
+) -> tuple[int, float]:
     """The separate inserter's body (``python -m river_anyio._bench_inserter``)."""
-    async with open_client(url, schema=schema) as run:
-        return await _insert_at_rate(run.client.insert, rate, duration, None, None)
+    options: ConfigOptions = {"schema": schema}
+    if dialect_of_url(url) == "postgres":
+        # a connection for every insert in flight
+        options["driver_options"] = {"pool_max_size": schedule.in_flight}
+    async with open_client(url, **options) as run:
+        return await _insert_at_rate(run.client, schedule, None, None)
 
 
 def run_bench(
@@ -360,6 +447,8 @@ def run_bench(
     fetch_cooldown: float | None,
     fetch_poll_interval: float | None = None,
     inserter: Inserter = "client",
+    insert: InsertStyle = "one",
+    insert_size: int | None = None,
     backlog: int = BACKLOG,
     out: TextIO = sys.stdout,
 ) -> int:
@@ -372,6 +461,16 @@ def run_bench(
         in_memory = path_from_url(database_url) == ":memory:"
     if inserter == "process" and rate is None:
         raise ValueError("--inserter process needs --rate (and --duration)")
+    if insert_size is None:
+        insert_size = 1 if insert == "one" else DEFAULT_INSERT_SIZE
+    if insert_size < 1:
+        raise ValueError("--insert-size must be at least 1")
+    if insert == "one" and insert_size != 1:
+        raise ValueError(
+            "--insert-size is for --insert burst or many; --insert one inserts one job per call"
+        )
+    if (insert != "one" or insert_size != 1) and rate is None:
+        raise ValueError("--insert and --insert-size need --rate (and --duration)")
     if inserter == "process" and in_memory:
         raise ValueError(
             "--inserter process needs a database another process can open; "
@@ -391,9 +490,12 @@ def run_bench(
         if total is not None:
             what = f"{total:,} jobs"
         elif rate is not None:
+            assert duration is not None
+            schedule = InsertSchedule(rate=rate, duration=duration, style=insert, size=insert_size)
             what = f"{duration:g}s at {rate:g} jobs/s inserted by the " + (
                 "working client" if inserter == "client" else "separate inserter process"
             )
+            what += f" ({schedule.describe()})"
         else:
             what = f"{duration:g}s continuous, backlog {backlog:,}"
         print(
@@ -409,6 +511,8 @@ def run_bench(
             duration=duration,
             rate=rate,
             inserter=inserter,
+            insert=insert,
+            insert_size=insert_size,
             backlog=backlog,
             max_workers=max_workers,
             loop=loop,
@@ -432,6 +536,15 @@ def run_bench(
             f"enqueue-to-start over {res.inserted:,} jobs: p50 {res.start_p50_ms:.2f} ms, "
             f"p95 {res.start_p95_ms:.2f} ms, p99 {res.start_p99_ms:.2f} ms "
             "(time.time() before the insert to time.time() at the job body's start; one clock)",
+            file=out,
+        )
+        assert rate is not None
+        assert duration is not None
+        schedule = InsertSchedule(rate=rate, duration=duration, style=insert, size=insert_size)
+        achieved = res.inserted / res.insert_seconds if res.insert_seconds > 0 else 0.0
+        print(
+            f"inserted {res.inserted:,} jobs in {res.insert_seconds:.2f}s: {achieved:,.0f}/s "
+            f"(asked {rate:,.6g}/s; {schedule.describe()})",
             file=out,
         )
     return 0

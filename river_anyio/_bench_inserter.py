@@ -1,6 +1,7 @@
 """The separate inserter of ``river-anyio bench --inserter process``: a process of its own with
-its own client, inserting ``--rate`` stamped jobs a second for ``--duration`` seconds into the
-database named by ``RIVER_ANYIO_BENCH_URL``; prints how many it inserted as its last line."""
+its own client, inserting ``--rate`` stamped jobs a second for ``--duration`` seconds (in the
+``--insert`` style, ``--insert-size`` jobs a tick) into the database named by
+``RIVER_ANYIO_BENCH_URL``; its last line is how many it inserted and in how many seconds."""
 
 from __future__ import annotations
 
@@ -9,24 +10,27 @@ import os
 
 import anyio
 
-from ._bench import URL_VARIABLE, insert_process_main
+from ._bench import URL_VARIABLE, InsertSchedule, insert_process_main
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m river_anyio._bench_inserter")
     parser.add_argument("--rate", type=float, required=True)
     parser.add_argument("--duration", type=float, required=True)
+    parser.add_argument("--insert", choices=("one", "burst", "many"), default="one")
+    parser.add_argument("--insert-size", type=int, default=1)
     parser.add_argument("--loop", choices=("asyncio", "trio"), default="asyncio")
     parser.add_argument("--schema", default=None)
     args = parser.parse_args()
     url = os.environ[URL_VARIABLE]
-    inserted = anyio.run(
-        lambda: insert_process_main(
-            url, schema=args.schema, rate=args.rate, duration=args.duration
-        ),
+    schedule = InsertSchedule(
+        rate=args.rate, duration=args.duration, style=args.insert, size=args.insert_size
+    )
+    inserted, seconds = anyio.run(
+        lambda: insert_process_main(url, schema=args.schema, schedule=schedule),
         backend=args.loop,
     )
-    print(inserted, flush=True)
+    print(inserted, repr(seconds), flush=True)
 
 
 if __name__ == "__main__":

@@ -265,7 +265,8 @@ def _build_parser() -> _Parser:
         "Inserts and works no-op jobs and reports jobs per second and latency percentiles. "
         "-n inserts that many jobs first and times their drain; --duration with --rate works "
         "for that long while --rate jobs a second are inserted (by this client, or with "
-        "--inserter process by a separate process) and reports enqueue-to-start percentiles; "
+        "--inserter process by a separate process; one by one, in bursts or with insert_many: "
+        "--insert) and reports enqueue-to-start percentiles and the insert rate achieved; "
         "--duration alone keeps a backlog topped up as River's bench does. Every job in the "
         "database is deleted first, so a --database-url (or the PG* variables) needs --yes; "
         "without either, a temporary SQLite file is used.",
@@ -298,6 +299,21 @@ def _build_parser() -> _Parser:
         default="client",
         help="with --rate: who inserts, the working client itself (default) or a separate "
         "process with its own client on the same database",
+    )
+    p.add_argument(
+        "--insert",
+        choices=("one", "burst", "many"),
+        default="one",
+        help="with --rate: how jobs are inserted: one insert per job, up to 16 at once "
+        "(default); burst, every K/rate seconds K inserts started at once; many, every K/rate "
+        "seconds one insert_many of K jobs (K is --insert-size)",
+    )
+    p.add_argument(
+        "--insert-size",
+        type=int,
+        default=None,
+        metavar="K",
+        help="jobs a burst or an insert_many inserts (default 10; --insert one is always 1)",
     )
     p.add_argument(
         "--backlog",
@@ -547,6 +563,14 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
         raise _UsageError("--max-workers must be between 1 and 10000")
     if args.inserter == "process" and args.rate is None:
         raise _UsageError("--inserter process needs --rate and --duration")
+    if args.insert_size is not None and args.insert_size < 1:
+        raise _UsageError("--insert-size must be at least 1")
+    if args.insert == "one" and args.insert_size not in (None, 1):
+        raise _UsageError(
+            "--insert-size is for --insert burst or many; --insert one inserts one job per call"
+        )
+    if (args.insert != "one" or args.insert_size is not None) and args.rate is None:
+        raise _UsageError("--insert and --insert-size need --rate and --duration")
     if args.backlog is not None and (args.duration is None or args.rate is not None):
         raise _UsageError("--backlog is for --duration without --rate")
     if args.backlog is not None and args.backlog < 1:
@@ -570,6 +594,8 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
             fetch_cooldown=args.fetch_cooldown,
             fetch_poll_interval=args.fetch_poll_interval,
             inserter=args.inserter,
+            insert=args.insert,
+            insert_size=args.insert_size,
             backlog=BACKLOG if args.backlog is None else args.backlog,
             out=out,
         )

@@ -11,10 +11,11 @@ import sys
 import urllib.parse
 import venv
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
-from river_anyio._bench import parse_duration
+from river_anyio._bench import parse_duration, run_bench
 from river_anyio._cli import main
 from river_anyio.migrate import all_migrations
 
@@ -305,6 +306,98 @@ def test_bench_inserts_from_a_separate_process(
     assert "inserted by the separate inserter process" in out
     inserted = _check_enqueue_to_start(out)
     assert 30 <= inserted <= 40  # the schedule: one every 25 ms while the second lasts
+    assert _achieved(out, 40, "one insert each, up to 16 at once") == inserted
+
+
+def _achieved(out: str, asked: int, how: str) -> int:
+    """The inserter's report: the count it inserted, its rate and the rate asked."""
+    m = re.search(
+        r"inserted ([\d,]+) jobs in ([\d.]+)s: ([\d,]+)/s \(asked ([\d,]+)/s; (.*)\)$", out
+    )
+    assert m, out
+    count, seconds, rate = int(m[1].replace(",", "")), float(m[2]), int(m[3].replace(",", ""))
+    assert int(m[4].replace(",", "")) == asked, out
+    assert m[5] == how, out
+    assert seconds > 0, out
+    assert rate == round(count / seconds), out
+    return count
+
+
+@pytest.mark.parametrize(
+    ("backend", "loop", "inserter", "flags", "rate", "size", "how"),
+    [
+        ("postgres", "asyncio", "client", ["--insert", "one", "--insert-size", "1"], 40, 1,
+         "one insert each, up to 16 at once"),
+        ("postgres", "asyncio", "process", ["--insert", "burst"], 40, 10,
+         "bursts of 10 concurrent inserts, up to 2 bursts at once"),
+        ("postgres", "trio", "client", ["--insert", "many", "--insert-size", "5"], 20, 5,
+         "insert_many of 5 each, up to 16 at once"),
+        ("sqlite", "trio", "client", ["--insert", "burst", "--insert-size", "3"], 24, 3,
+         "bursts of 3 concurrent inserts, up to 5 bursts at once"),
+        ("sqlite", "asyncio", "process", ["--insert", "many"], 40, 10,
+         "insert_many of 10 each, up to 16 at once"),
+    ],
+    ids=["pg-client-one", "pg-process-burst", "pg-client-many", "sqlite-client-burst",
+         "sqlite-process-many"],
+)  # fmt: skip
+def test_bench_insert_styles(
+    backend: str,
+    loop: str,
+    inserter: str,
+    flags: list[str],
+    rate: int,
+    size: int,
+    how: str,
+    request: pytest.FixtureRequest,
+) -> None:
+    """``--insert one|burst|many``, by either inserter: whole ticks of ``--insert-size`` jobs
+    on the schedule (at most rate x duration jobs), every one worked, and the inserter's own
+    count and rate reported."""
+    url = str(request.getfixturevalue("pg_url" if backend == "postgres" else "sqlite_url"))
+    code, out, err = run(
+        "bench", "--duration", "0.5s", "--rate", str(rate), "--inserter", inserter,
+        "--loop", loop, *flags, "--database-url", url, "--yes",
+    )  # fmt: skip
+    assert code == 0, err
+    assert f"({how})" in out.splitlines()[0], out  # the header says how jobs are inserted
+    inserted = _check_enqueue_to_start(out)
+    assert 0 < inserted <= rate // 2, out
+    assert inserted % size == 0, out  # a tick inserts all its jobs
+    assert _achieved(out, rate, how) == inserted
+
+
+def test_bench_insert_flag_errors() -> None:
+    """``--insert``/``--insert-size`` misuse: one line on stderr, exit status 2."""
+    steady = ["--duration", "1s", "--rate", "5"]
+    for bad, says in (
+        ([*steady, "--insert-size", "3"], "--insert-size is for --insert burst or many"),
+        ([*steady, "--insert", "one", "--insert-size", "2"], "--insert one inserts one job"),
+        ([*steady, "--insert", "burst", "--insert-size", "0"], "--insert-size must be at least 1"),
+        ([*steady, "--insert", "many", "--insert-size", "-1"], "--insert-size must be at least 1"),
+        ([*steady, "--insert", "often"], "invalid choice: 'often'"),
+        ([*steady, "--insert", "many", "--insert-size", "x"], "invalid int value: 'x'"),
+        (["-n", "5", "--insert", "many"], "--insert and --insert-size need --rate"),
+        (["--duration", "1s", "--insert", "burst"], "--insert and --insert-size need --rate"),
+    ):
+        code, out, err = run("bench", *bad)
+        assert code == 2, (bad, err)
+        assert says in err, (bad, err)
+        assert len(err.splitlines()) == 1, err
+        assert out == "", out
+
+    # run_bench itself refuses them too, before anything runs
+    def bench(rate: float | None, insert: Literal["one", "burst", "many"], size: int | None) -> int:
+        return run_bench(
+            database_url=None, total=None, duration=1.0, rate=rate, max_workers=5,
+            loop="asyncio", yes=False, fetch_cooldown=None, insert=insert, insert_size=size,
+        )  # fmt: skip
+
+    with pytest.raises(ValueError, match="--insert one inserts one job per call"):
+        bench(5.0, "one", 2)
+    with pytest.raises(ValueError, match="--insert-size must be at least 1"):
+        bench(5.0, "many", 0)
+    with pytest.raises(ValueError, match="need --rate"):
+        bench(None, "burst", None)
 
 
 @pytest.mark.parametrize(
