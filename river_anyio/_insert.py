@@ -16,6 +16,7 @@ import attrs
 
 from . import _gojson, _unique
 from ._errors import ValidationError
+from ._fastinit import positional_constructor
 from ._job import (
     PRIORITY_DEFAULT,
     QUEUE_DEFAULT,
@@ -38,9 +39,20 @@ class InsertManyParams:
     opts: InsertOpts | None = None
 
 
+#: No options: the default of every level (frozen, so one instance serves every insert).
+_NO_OPTS = InsertOpts()
+#: args class -> its validated kind (an insert of many jobs of one class checks it once)
+_KINDS: dict[type, str] = {}
+#: ``make_params(*values)``: a :class:`JobInsertParams` from its fields in order
+_make_params = positional_constructor(JobInsertParams)
+
+
 def args_kind(args: object, field: str = "args") -> str:
     """The kind of an args object: an attrs instance whose class has a ``kind`` str."""
     cls = type(args)
+    kind = _KINDS.get(cls)
+    if kind is not None:
+        return kind
     if not attrs.has(cls):
         raise ValidationError(
             field,
@@ -48,7 +60,8 @@ def args_kind(args: object, field: str = "args") -> str:
             f"got {cls.__name__}",
             args,
         )
-    return class_kind(cls, field)
+    kind = _KINDS[cls] = class_kind(cls, field)
+    return kind
 
 
 def class_kind(cls: type, field: str = "args") -> str:
@@ -65,7 +78,7 @@ def kind_insert_opts(args: object, field: str = "args") -> InsertOpts:
     """The args class's own insert defaults (``insert_opts`` attribute or method), if any."""
     raw = getattr(args, "insert_opts", None)
     if raw is None:
-        return InsertOpts()
+        return _NO_OPTS
     if callable(raw):
         raw = raw()
     if not isinstance(raw, InsertOpts):
@@ -104,7 +117,7 @@ def build_insert_params(
     """Resolve one job's row, computing its unique key when it is unique."""
     if opts is not None and not isinstance(opts, InsertOpts):
         raise ValidationError("opts", f"must be an InsertOpts or None, got {type(opts).__name__}")
-    opts = opts or InsertOpts()
+    opts = opts or _NO_OPTS
     kind = args_kind(args, field)
     kind_opts = kind_insert_opts(args, field)
     encoded = encode_args(args, field)
@@ -137,17 +150,18 @@ def build_insert_params(
         )
         unique_states = _unique.unique_states_mask(unique.states)
 
-    return JobInsertParams(
-        encoded_args=encoded,
-        kind=kind,
-        max_attempts=max_attempts,
-        metadata=_encode_metadata(opts.metadata),  # River reads metadata from the call site only
-        priority=priority,
-        queue=queue,
-        state=state,
-        tags=tuple(tags),
-        scheduled_at=scheduled_at.astimezone(dt.UTC) if scheduled_at is not None else None,
-        created_at=None,
-        unique_key=unique_key,
-        unique_states=unique_states,
+    # positional, in JobInsertParams' field order
+    return _make_params(
+        encoded,
+        kind,
+        max_attempts,
+        _encode_metadata(opts.metadata),  # River reads metadata from the call site only
+        priority,
+        queue,
+        state,
+        tuple(tags),
+        scheduled_at.astimezone(dt.UTC) if scheduled_at is not None else None,
+        None,
+        unique_key,
+        unique_states,
     )
