@@ -20,7 +20,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 from .._errors import DatabaseError
 from .._events import Event, EventHub, EventKind
 from .._logging import job_extra, queue_extra
-from ..drivers import TOPIC_CONTROL, TOPIC_INSERT, Driver, Notification
+from ..drivers import TOPIC_CONTROL, Driver, Notification
 from ._attempt import CancelReason
 
 if TYPE_CHECKING:
@@ -140,10 +140,7 @@ class QueueControl:
                     continue
                 if not isinstance(payload, dict):
                     continue
-                if note.topic == TOPIC_INSERT:
-                    if payload.get("queue") == self.queue:
-                        self._trigger()
-                elif note.topic == TOPIC_CONTROL:
+                if note.topic == TOPIC_CONTROL:
                     self.control(payload)
 
     async def poll_settings(self) -> None:

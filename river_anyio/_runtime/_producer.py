@@ -6,8 +6,9 @@ A producer composes three parts, each with one responsibility:
   and how many rows, cooldowns, refills of freed slots, rows claimed ahead);
 - the queue's :class:`~._pool.WorkerPool`, which runs what was claimed and is the one owner
   of the attempts;
-- the queue's :class:`~._control.QueueControl`: insert notifications wake the fetch loop,
-  control messages pause, resume and cancel, settings polls and the queue's keep-alive.
+- the queue's :class:`~._control.QueueControl`: control messages pause, resume and cancel,
+  settings polls and the queue's keep-alive. Insert notifications for the queue wake the
+  fetch loop directly: the notifier routes them to :meth:`Producer.trigger`.
 
 Its lifetime is nested scopes: services (notifications, settings, keep-alive) ⊃ the worker
 pool ⊃ the fetch scope. ``stop_fetching()`` cancels the fetch scope, and the loop checks it
@@ -176,13 +177,20 @@ class Producer:
                     raise MigrationError(limits_table_missing(self.queue))
                 row = await executor.queue_create_or_set_updated_at(name=self.queue)
             self._queue_control.paused = row.paused_at is not None
-            receive = self._notifier.subscribe(self) if self._notifier is not None else None
-            # This frame closes ``receive`` too: a notification task cancelled before it first
-            # runs (asyncio) would leave it open.
-            with receive if receive is not None else contextlib.nullcontext():
-                await self._serve(receive, task_status)
-            if self._notifier is not None:
-                self._notifier.unsubscribe(self)
+            notifier = self._notifier
+            receive = None
+            if notifier is not None:
+                receive = notifier.subscribe(self)
+                notifier.route_inserts(self.queue, self.trigger)
+            try:
+                # This frame closes ``receive`` too: a notification task cancelled before it
+                # first runs (asyncio) would leave it open.
+                with receive if receive is not None else contextlib.nullcontext():
+                    await self._serve(receive, task_status)
+            finally:
+                if notifier is not None:
+                    notifier.unroute_inserts(self.queue)
+                    notifier.unsubscribe(self)
 
     async def _serve(
         self,
