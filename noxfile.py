@@ -21,6 +21,29 @@ CORE = [
     "river_anyio_tests/cli",
     "river_anyio_tests/migrate",
 ]
+#: The integrations' tests, run on the floors of their extras too.
+INTEGRATIONS = [
+    "river_anyio_tests/blocking/test_tx.py",
+    "river_anyio_tests/blocking/test_sqlalchemy_async.py",
+    "river_anyio_tests/contrib_django",
+    "river_anyio_tests/observability",
+    "river_anyio_tests/integration/test_starlette.py",
+]
+#: The extras whose lower bounds the floors run pins too (the core's come first).
+FLOOR_EXTRAS = [
+    "postgres", "sqlite", "trio", "starlette", "django", "opentelemetry", "prometheus",
+    "sqlalchemy",
+]  # fmt: skip
+#: What the integrations' tests need beside the extras: test-only packages, the OpenTelemetry
+#: SDK at the API's floor (they are released together).
+FLOOR_TEST_TOOLS = [
+    "pytest>=8.3,<9",
+    "pytest-timeout>=2.3",
+    "blockbuster>=1.5.5",
+    "hypercorn>=0.17",
+    "greenlet>=3.0",
+    "pysqlite3-binary>=0.5.4; sys_platform == 'linux' and platform_machine == 'x86_64'",
+]
 #: Left out of the floors run to keep CI short: they repeat a scenario many times, or run
 #: clients or the worker command as subprocesses, over code paths the rest of the core
 #: already covers in process.
@@ -35,16 +58,25 @@ CORE_LEFT_OUT = [
 
 
 def floor_requirements() -> list[str]:
-    """Every direct dependency (the core's and the postgres, sqlite and trio extras') pinned
-    to its lower bound, as pyproject.toml states it: ``anyio>=4.14`` becomes ``anyio==4.14``."""
+    """Every direct dependency (the core's and ``FLOOR_EXTRAS``') pinned to its lower bound, as
+    pyproject.toml states it: ``anyio>=4.14`` becomes ``anyio==4.14``; plus the OpenTelemetry
+    SDK at the API's floor."""
     project = tomllib.loads(Path("pyproject.toml").read_text())["project"]
     extras = project["optional-dependencies"]
     pins = []
-    for req in [*project["dependencies"], *extras["postgres"], *extras["sqlite"], *extras["trio"]]:
+    otel = ""
+    requirements = list(project["dependencies"])
+    for extra in FLOOR_EXTRAS:
+        requirements += [r for r in extras[extra] if not r.startswith("river_anyio")]
+    for req in requirements:
         m = re.fullmatch(r"([A-Za-z0-9_.-]+(?:\[[^]]*\])?)>=([^,;]+)(?:,.*)?", req.strip())
         if m is None:
             raise ValueError(f"{req!r}: every direct dependency needs a >= lower bound")
         pins.append(f"{m[1]}=={m[2]}")
+        if m[1] == "opentelemetry-api":
+            otel = m[2]
+    if otel:
+        pins.append(f"opentelemetry-sdk=={otel}")
     return pins
 
 
@@ -57,15 +89,16 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def floors(session: nox.Session) -> None:
-    """The suite's core (drivers, runtime, CLI, migrations) on exactly the lower bound of every
-    direct dependency, so the bounds in pyproject.toml are the oldest releases that work.
-    pytest stays below 9: anyio's pytest plugin before 4.15 uses an API pytest 9 deprecates."""
-    session.install(*floor_requirements())
+    """The suite's core (drivers, runtime, CLI, migrations) and the integrations' tests
+    (blocking transactions, SQLAlchemy, Django, OpenTelemetry, Prometheus, Starlette) on
+    exactly the lower bound of every direct dependency, the extras' included, so the bounds in
+    pyproject.toml are the oldest releases that work. pytest stays below 9: anyio's pytest
+    plugin before 4.15 uses an API pytest 9 deprecates."""
+    session.install(*floor_requirements(), *FLOOR_TEST_TOOLS)
     session.install("--no-deps", "-e", ".")
-    session.install("pytest>=8.3,<9", "pytest-timeout>=2.3", "blockbuster>=1.5.5")
     session.run("python", "-m", "pip", "list", "--format=freeze")
     ignore = [f"--ignore={path}" for path in CORE_LEFT_OUT]
-    session.run("pytest", "-m", "not slow", *ignore, *CORE, *session.posargs)
+    session.run("pytest", "-m", "not slow", *ignore, *CORE, *INTEGRATIONS, *session.posargs)
 
 
 @nox.session

@@ -251,7 +251,7 @@ class OpenTelemetryMiddleware:
                 "priority": row.priority,
                 "queue": row.queue,
                 "status": "panic",
-                "tag": list(row.tags),
+                "tag": row.tags,  # a tuple: metric attributes must be hashable (SDK < 1.28)
             }
             begin = time.perf_counter()
             outcome: Outcome | None = None

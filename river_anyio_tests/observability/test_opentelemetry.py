@@ -36,6 +36,8 @@ class Telemetry:
     reader: InMemoryMetricReader
     tracer_provider: TracerProvider
     meter_provider: MeterProvider
+    #: metric name -> its data points in the latest collection that had it
+    seen: dict[str, list[Any]] = attrs.field(factory=dict)
 
     def middleware(self, **options: Any) -> OpenTelemetryMiddleware:
         return OpenTelemetryMiddleware(
@@ -46,16 +48,16 @@ class Telemetry:
         return [s for s in self.spans.get_finished_spans() if s.name == name]
 
     def points(self, name: str) -> list[Any]:
+        """The data points ``name`` last reported. Each call collects again; an instrument
+        missing from a collection keeps what it reported before (SDKs before 1.28 report a
+        synchronous gauge only to the first collection after it was set)."""
         data = self.reader.get_metrics_data()
-        out: list[Any] = []
-        if data is None:
-            return out
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    if metric.name == name:
-                        out.extend(metric.data.data_points)
-        return out
+        if data is not None:
+            for rm in data.resource_metrics:
+                for sm in rm.scope_metrics:
+                    for metric in sm.metrics:
+                        self.seen[metric.name] = list(metric.data.data_points)
+        return self.seen.get(name, [])
 
 
 @pytest.fixture
