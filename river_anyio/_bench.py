@@ -158,8 +158,8 @@ class _Plan:
     duration: float | None
     rate: float | None
     inserter: Inserter
-    insert: InsertStyle
-    insert_size: int
+    #: the steady-rate mode's inserts (None in the other modes)
+    schedule: InsertSchedule | None
     backlog: int
     max_workers: int
     loop: str
@@ -268,10 +268,8 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
                     )
                     last_worked = worked
         else:
-            assert plan.duration is not None
-            schedule = InsertSchedule(
-                rate=plan.rate, duration=plan.duration, style=plan.insert, size=plan.insert_size
-            )
+            schedule = plan.schedule
+            assert schedule is not None
             if plan.inserter == "process":
                 inserted, insert_seconds = await _insert_from_process(plan, schedule, done, out)
             else:
@@ -461,6 +459,8 @@ def run_bench(
         in_memory = path_from_url(database_url) == ":memory:"
     if inserter == "process" and rate is None:
         raise ValueError("--inserter process needs --rate (and --duration)")
+    if (insert != "one" or insert_size is not None) and rate is None:
+        raise ValueError("--insert and --insert-size need --rate (and --duration)")
     if insert_size is None:
         insert_size = 1 if insert == "one" else DEFAULT_INSERT_SIZE
     if insert_size < 1:
@@ -469,8 +469,11 @@ def run_bench(
         raise ValueError(
             "--insert-size is for --insert burst or many; --insert one inserts one job per call"
         )
-    if (insert != "one" or insert_size != 1) and rate is None:
-        raise ValueError("--insert and --insert-size need --rate (and --duration)")
+    schedule: InsertSchedule | None = None
+    if rate is not None:
+        if duration is None:
+            raise ValueError("--rate needs --duration")
+        schedule = InsertSchedule(rate=rate, duration=duration, style=insert, size=insert_size)
     if inserter == "process" and in_memory:
         raise ValueError(
             "--inserter process needs a database another process can open; "
@@ -489,9 +492,7 @@ def run_bench(
         url = database_url or f"sqlite://{Path(tmp) / 'bench.sqlite3'}"
         if total is not None:
             what = f"{total:,} jobs"
-        elif rate is not None:
-            assert duration is not None
-            schedule = InsertSchedule(rate=rate, duration=duration, style=insert, size=insert_size)
+        elif schedule is not None:
             what = f"{duration:g}s at {rate:g} jobs/s inserted by the " + (
                 "working client" if inserter == "client" else "separate inserter process"
             )
@@ -511,8 +512,7 @@ def run_bench(
             duration=duration,
             rate=rate,
             inserter=inserter,
-            insert=insert,
-            insert_size=insert_size,
+            schedule=schedule,
             backlog=backlog,
             max_workers=max_workers,
             loop=loop,
@@ -538,9 +538,7 @@ def run_bench(
             "(time.time() before the insert to time.time() at the job body's start; one clock)",
             file=out,
         )
-        assert rate is not None
-        assert duration is not None
-        schedule = InsertSchedule(rate=rate, duration=duration, style=insert, size=insert_size)
+        assert schedule is not None
         achieved = res.inserted / res.insert_seconds if res.insert_seconds > 0 else 0.0
         print(
             f"inserted {res.inserted:,} jobs in {res.insert_seconds:.2f}s: {achieved:,.0f}/s "

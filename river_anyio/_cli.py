@@ -563,14 +563,6 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
         raise _UsageError("--max-workers must be between 1 and 10000")
     if args.inserter == "process" and args.rate is None:
         raise _UsageError("--inserter process needs --rate and --duration")
-    if args.insert_size is not None and args.insert_size < 1:
-        raise _UsageError("--insert-size must be at least 1")
-    if args.insert == "one" and args.insert_size not in (None, 1):
-        raise _UsageError(
-            "--insert-size is for --insert burst or many; --insert one inserts one job per call"
-        )
-    if (args.insert != "one" or args.insert_size is not None) and args.rate is None:
-        raise _UsageError("--insert and --insert-size need --rate and --duration")
     if args.backlog is not None and (args.duration is None or args.rate is not None):
         raise _UsageError("--backlog is for --duration without --rate")
     if args.backlog is not None and args.backlog < 1:

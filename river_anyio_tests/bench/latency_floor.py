@@ -24,9 +24,11 @@ import time
 
 import psycopg
 
+from river_anyio._bench import _pct
 from river_anyio.drivers.postgres._queries import Queries
 
-ROLE = "RIVER_ANYIO_LATENCY_FLOOR_INSERTER"
+#: set for the inserting process, to the database URL (not argv: ``ps`` shows it)
+INSERTER_URL = "RIVER_ANYIO_LATENCY_FLOOR_URL"
 INSERT = """WITH n AS MATERIALIZED (SELECT pg_notify('river_insert', '{"queue":"default"}'))
 INSERT INTO river_job (args, kind, max_attempts, priority, queue, state, metadata, tags)
 SELECT %s::jsonb, 'latency_floor', 25, 1, 'default', 'available', '{}', '{}' FROM n"""
@@ -51,8 +53,8 @@ def work(url: str, rate: float, seconds: float) -> None:
         conn.execute("DELETE FROM river_job")
         conn.execute("LISTEN river_insert")
         argv = [sys.executable, "-m", __spec__.name if __spec__ else __file__]
-        argv += ["--database-url", url, "--rate", str(rate), "--seconds", str(seconds)]
-        env = {**os.environ, ROLE: "1"}
+        argv += ["--rate", str(rate), "--seconds", str(seconds)]
+        env = {**os.environ, INSERTER_URL: url}
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, text=True)
         fd = conn.pgconn.socket
         stop_at: float | None = None
@@ -70,10 +72,10 @@ def work(url: str, rate: float, seconds: float) -> None:
                 stop_at = time.monotonic() + 0.5  # the last notifications
         assert proc.stdout is not None
         inserted = int(proc.stdout.read().split()[-1])
-    latencies.sort()
+    ms = [v * 1000 for v in latencies]
 
     def pct(q: float) -> float:
-        return latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000
+        return _pct(ms, q)
 
     print(
         f"latency floor at {rate:g} jobs/s: {len(latencies):,} of {inserted:,} jobs claimed; "
@@ -83,12 +85,16 @@ def work(url: str, rate: float, seconds: float) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m river_anyio_tests.bench.latency_floor")
-    parser.add_argument("--database-url", required=True)
-    parser.add_argument("--rate", type=float, default=200.0)
-    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--database-url", help="a migrated, throwaway PostgreSQL database")
+    parser.add_argument("--rate", type=float, default=200.0, help="jobs a second (> 0)")
+    parser.add_argument("--seconds", type=float, default=8.0, help="how long to insert (> 0)")
     args = parser.parse_args()
-    if os.environ.get(ROLE):
-        print(insert(args.database_url, args.rate, args.seconds))
+    if not args.rate > 0 or not args.seconds > 0:
+        parser.error("--rate and --seconds must be positive")
+    if url := os.environ.get(INSERTER_URL):
+        print(insert(url, args.rate, args.seconds))
+    elif args.database_url is None:
+        parser.error("--database-url is required")
     else:
         work(args.database_url, args.rate, args.seconds)
 

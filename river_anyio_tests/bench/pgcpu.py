@@ -95,9 +95,10 @@ def main() -> None:
                 end = (server_cpu(postmaster), commits(url), time.monotonic())
     proc.wait()
     if args.whole:
+        ended = time.monotonic()
         # statistics reach pg_stat_database when a backend goes idle: let them settle
         time.sleep(1.0)
-        end = (server_cpu(postmaster), commits(url), time.monotonic())
+        end = (server_cpu(postmaster), commits(url), ended)
     if begin is None or end is None or not jobs:
         sys.exit(
             f"no measurement: the command did not report a drain (exit status {proc.returncode})"
