@@ -93,7 +93,7 @@ async def test_hot_statements_stay_one_prepared_statement(pg_url: str) -> None:
             await tx.job_cancel(job_id=small[0], cancel_attempted_at=now)
             await tx.job_cancel(job_id=big[0], cancel_attempted_at=now)
             assert await prepared(tx, "FOR UPDATE SKIP LOCKED") == 2  # with and without kinds
-            assert await prepared(tx, "WITH ORDINALITY AS i(") == 1
+            assert await prepared(tx, "WITH ORDINALITY AS r(") == 1
             assert await prepared(tx, "'cancel'") == 1
         rows = await driver.executor().job_list(states=[S.COMPLETED], limit=100)
         assert len(rows) == 40
@@ -180,3 +180,72 @@ async def test_completion_times_keep_microseconds_and_must_be_aware(pg_url: str)
         )
         assert r1.job.finalized_at == fin
         assert r2.job.scheduled_at == far and r2.job.state is S.RETRYABLE
+
+
+async def _wait_for_lock_waiter(driver: PostgresDriver) -> None:
+    """Until some backend waits on a row lock (the statement under test is blocked)."""
+    with anyio.fail_after(10):
+        while True:
+            rows = await driver.executor().fetch_all(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
+            )
+            if rows[0][0]:
+                return
+            await anyio.sleep(0.01)
+
+
+@pytest.mark.parametrize("concurrent", ["rescued", "still_running"])
+async def test_completion_judges_a_row_changed_meanwhile_on_its_newest_version(
+    pg_url: str, concurrent: str
+) -> None:
+    """A completion that waits for a row another transaction is changing applies according
+    to the row as that transaction left it: not when the row was rescued meanwhile (it
+    is no longer running this attempt; its metadata update still merges), and as usual when
+    the row is still running it."""
+    async with open_postgres(pg_url) as driver:
+        [job_id] = await insert(driver, 1)
+        [claimed] = await driver.executor().job_get_available(
+            queue="default", max_to_lock=1, client_id="me"
+        )
+        assert claimed.id == job_id
+        now = dt.datetime.now(UTC)
+        completion = JobCompletion(
+            id=job_id,
+            attempt=claimed.attempt,
+            state=S.COMPLETED,
+            finalized_at=now,
+            metadata_updates=b'{"seen": true}',
+        )
+        results = []
+
+        async def complete() -> None:
+            results.extend(
+                await driver.executor().job_set_state_if_running_many([completion], client_id="me")
+            )
+
+        change = (
+            "UPDATE river_job SET state = 'available', scheduled_at = now() WHERE id = %s"
+            if concurrent == "rescued"
+            else "UPDATE river_job SET metadata = metadata || '{\"other\": 1}' WHERE id = %s"
+        )
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                async with driver.transaction() as tx:
+                    await tx.execute(change, (job_id,))
+                    tg.start_soon(complete)
+                    await _wait_for_lock_waiter(driver)
+                # committed: the waiting completion goes on, and the group waits for it
+        [result] = results
+        row = await driver.executor().job_get_by_id(job_id)
+        assert row is not None
+        assert row.metadata["seen"] is True  # merged either way
+        if concurrent == "rescued":
+            assert not result.applied
+            assert row.state == S.AVAILABLE
+            assert row.finalized_at is None
+        else:
+            assert result.applied
+            assert row.state == S.COMPLETED
+            assert row.metadata["other"] == 1
+            assert row.finalized_at is not None

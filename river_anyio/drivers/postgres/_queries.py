@@ -291,15 +291,32 @@ RETURNING l.starts, round(extract(epoch FROM clock_timestamp()) * 1000000)::bigi
         NULL; errors and metadata updates each preceded by chr(30); then the client id.
 
         A row takes the new state only while it is running the given attempt for this client
-        (``applies``); metadata updates merge either way. Rows left alone are read back as
-        they are; results follow the input order. ``lean``: only the ids of the completions
-        that did not apply (usually none: nothing to decode when nobody needs the rows).
+        (the guard); metadata updates merge either way. The guard is the UPDATE's own
+        condition, so a row changed concurrently is judged on its newest version (PostgreSQL
+        re-checks it after waiting for the row's lock), with no separate locking pass (one
+        costs about a fifth of the statement). Rows left alone are read back as they are;
+        results follow the input order. ``lean``: only the ids of the completions that did
+        not apply (usually none: nothing to decode when nobody needs the rows).
         """
         p = self.prefix
         jcols = "j.id" if lean else _JCOLS
+        cancel = (
+            "(i.state IN ('available', 'retryable', 'scheduled') "
+            "AND j.metadata ? 'cancel_attempted_at')"
+        )
         return f"""
 WITH input AS (
-    SELECT *
+    SELECT
+        r.id,
+        r.attempt,
+        r.state,
+        r.state::{p}river_job_state AS new_state,
+        nullif(r.attempt_new, '')::smallint AS attempt_new,
+        {_from_micros("nullif(r.finalized_at, '')::bigint")} AS finalized_at,
+        {_from_micros("nullif(r.scheduled_at, '')::bigint")} AS scheduled_at,
+        nullif(r.error, '')::jsonb AS error,
+        nullif(r.metadata, '')::jsonb AS metadata,
+        r.ord
     FROM unnest(
         string_to_array(%s, ',')::bigint[],
         string_to_array(%s, ',')::smallint[],
@@ -309,72 +326,51 @@ WITH input AS (
         (string_to_array(%s, ','))[2:],
         (string_to_array(%s, chr(30)))[2:],
         (string_to_array(%s, chr(30)))[2:]
-    ) WITH ORDINALITY AS i(
+    ) WITH ORDINALITY AS r(
         id, attempt, state, attempt_new, finalized_at, scheduled_at, error, metadata, ord
     )
-), target AS (
-    SELECT
-        i.ord,
-        j.id,
-        i.state::{p}river_job_state AS state,
-        nullif(i.attempt_new, '')::smallint AS attempt_new,
-        {_from_micros("nullif(i.finalized_at, '')::bigint")} AS finalized_at,
-        {_from_micros("nullif(i.scheduled_at, '')::bigint")} AS scheduled_at,
-        nullif(i.error, '')::jsonb AS error,
-        nullif(i.metadata, '')::jsonb AS metadata,
-        coalesce(
-            j.state = 'running'
-                AND j.attempt = i.attempt
-                AND j.attempted_by[cardinality(j.attempted_by)] = %s::text,
-            false
-        ) AS applies,
-        i.state IN ('available', 'retryable', 'scheduled') AND j.metadata ? 'cancel_attempted_at'
-            AS should_cancel
-    FROM input AS i
-    JOIN {p}river_job AS j ON j.id = i.id
-    ORDER BY j.id
-    FOR UPDATE OF j
-), updated AS (
+), applied AS (
     UPDATE {p}river_job AS j
-    SET state = CASE
-            WHEN NOT t.applies THEN j.state
-            WHEN t.should_cancel THEN 'cancelled'
-            ELSE t.state
-        END,
+    SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE i.new_state END,
         attempt = CASE
-            WHEN t.applies AND NOT t.should_cancel AND t.attempt_new IS NOT NULL
-            THEN t.attempt_new
+            WHEN i.attempt_new IS NOT NULL AND NOT {cancel} THEN i.attempt_new
             ELSE j.attempt
         END,
         errors = CASE
-            WHEN t.applies AND t.error IS NOT NULL THEN array_append(j.errors, t.error)
+            WHEN i.error IS NOT NULL THEN array_append(j.errors, i.error)
             ELSE j.errors
         END,
         finalized_at = CASE
-            WHEN NOT t.applies THEN j.finalized_at
-            WHEN t.should_cancel THEN now()
-            WHEN t.state IN {_FINAL_STATES} THEN coalesce(t.finalized_at, j.finalized_at)
+            WHEN {cancel} THEN now()
+            WHEN i.state IN {_FINAL_STATES} THEN coalesce(i.finalized_at, j.finalized_at)
             ELSE NULL
         END,
         scheduled_at = CASE
-            WHEN t.applies AND NOT t.should_cancel AND t.scheduled_at IS NOT NULL
-            THEN t.scheduled_at
+            WHEN i.scheduled_at IS NOT NULL AND NOT {cancel} THEN i.scheduled_at
             ELSE j.scheduled_at
         END,
-        metadata = CASE
-            WHEN t.metadata IS NULL THEN j.metadata
-            ELSE j.metadata || t.metadata
-        END
-    FROM target AS t
-    WHERE j.id = t.id AND (t.applies OR t.metadata IS NOT NULL)
-    RETURNING {jcols}, t.applies, t.ord
+        metadata = CASE WHEN i.metadata IS NULL THEN j.metadata ELSE j.metadata || i.metadata END
+    FROM input AS i
+    WHERE j.id = i.id
+        AND j.state = 'running'
+        AND j.attempt = i.attempt
+        AND j.attempted_by[cardinality(j.attempted_by)] = %s::text
+    RETURNING {jcols}, true, i.ord
+), merged AS (
+    UPDATE {p}river_job AS j
+    SET metadata = j.metadata || i.metadata
+    FROM input AS i
+    WHERE j.id = i.id AND i.metadata IS NOT NULL AND i.id NOT IN (SELECT id FROM applied)
+    RETURNING {jcols}, false, i.ord
 )
-SELECT * FROM updated{" WHERE NOT applies" if lean else ""}
+{"SELECT * FROM applied WHERE false" if lean else "SELECT * FROM applied"}
 UNION ALL
-SELECT {jcols}, false, t.ord
-FROM target AS t
-JOIN {p}river_job AS j ON j.id = t.id
-WHERE NOT t.applies AND t.metadata IS NULL
+SELECT * FROM merged
+UNION ALL
+SELECT {jcols}, false, i.ord
+FROM input AS i
+JOIN {p}river_job AS j ON j.id = i.id
+WHERE i.metadata IS NULL AND i.id NOT IN (SELECT id FROM applied)
 ORDER BY {(1 if lean else len(JOB_COLUMNS)) + 2}"""
 
     @cached_property
