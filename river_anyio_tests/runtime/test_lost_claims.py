@@ -138,6 +138,29 @@ async def test_a_lost_claim_reply_is_given_back_at_once(
     assert_logged_recovery(caplog, [j.id for j in lost])
 
 
+async def test_a_claim_past_its_bound_is_given_up_and_retried(
+    database_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim is shielded from the client's cancellation but bounded by its own deadline:
+    one that outlasts it fails with a timeout (logged), and the next claim takes the jobs."""
+    from river_anyio._runtime import _producer
+
+    monkeypatch.setattr(_producer, "HOT_OPERATION_TIMEOUT", 0.2)
+    caplog.set_level(logging.WARNING, logger=PRODUCER)
+    async with open_faulty(database_url) as faulty:
+        ids = await insert_jobs(faulty)
+        stuck = faulty.delay("job_get_available", seconds=30, skip=1)
+        counter = Counter()
+        with anyio.fail_after(SOON):
+            async with river.open_client(faulty, workers=counter.workers(), **options()):
+                await counter.ran(len(ids))
+        assert stuck.hits == 1
+    await assert_each_ran_once_and_completed(database_url, ids, counter)
+    (failed,) = [r for r in caplog.records if getattr(r, "river_event", None) == "fetch_failed"]
+    assert failed.levelno == logging.WARNING
+    assert "claim took longer than 0.2s" in failed.getMessage()
+
+
 async def test_a_recovery_that_fails_is_retried_before_the_next_claim(
     database_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
