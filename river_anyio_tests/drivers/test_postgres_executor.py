@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 
+import attrs
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -229,6 +230,50 @@ async def test_insert_fast_many_large_batch_is_one_statement(pg_url: str) -> Non
         assert results[1].job.tags == ("t1",)
         assert results[0].job.tags == ()
         assert await driver.executor().fetch_all("SELECT count(*) FROM river_job") == [(n,)]
+
+
+_WHEN = dt.datetime(2031, 5, 6, 7, 8, 9, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"encoded_args": b""},
+        {"tags": ("a", "b c"), "priority": 3, "max_attempts": 5, "queue": "q"},
+        {"metadata": b'{"m": [1, "x"]}', "created_at": _WHEN},
+        {"scheduled_at": _WHEN, "state": JobState.SCHEDULED},
+        {"state": JobState.PENDING},
+        {"unique_states": unique_states_mask([JobState.AVAILABLE])},
+    ],
+    ids=["plain", "empty_args", "tags", "metadata_created", "scheduled", "pending", "states"],
+)
+async def test_one_job_is_written_as_in_a_batch(pg_url: str, overrides: dict[str, object]) -> None:
+    """A single job without a unique key takes the single-row statement: every column comes
+    out as the batch statement writes it (with and without the insert notification)."""
+    async with open_postgres(pg_url) as driver:
+        ex = driver.executor()
+        (alone,) = await ex.job_insert_fast_many([job(1, **overrides)])
+        (notified,) = await ex.job_insert_fast_many_notify(
+            [job(1, **overrides)], topic="river_insert", payloads=['{"queue": "q"}']
+        )
+        batch = await ex.job_insert_fast_many([job(1, **overrides), job(2)])
+        for single in (alone, notified):
+            assert not single.unique_skipped_as_duplicate
+            ours = attrs.asdict(single.job)
+            theirs = attrs.asdict(batch[0].job)
+            # the id differs; times the job does not set are the server's now()
+            for name in ("id", "created_at", "scheduled_at"):
+                if name not in overrides:
+                    ours.pop(name)
+                    theirs.pop(name)
+            assert ours == theirs
+        if "created_at" in overrides:
+            assert alone.job.created_at == _WHEN
+        if "scheduled_at" in overrides:
+            assert alone.job.scheduled_at == _WHEN
+        elif "created_at" not in overrides:  # both the server's now(), as for a batch
+            assert alone.job.scheduled_at == alone.job.created_at
 
 
 async def test_insert_rejects_bad_input_before_writing(pg_url: str) -> None:

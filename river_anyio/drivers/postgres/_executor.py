@@ -209,6 +209,41 @@ def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
     ]
 
 
+def _row_columns(p: JobInsertParams) -> list[str]:
+    """The parameters of ``Queries.job_insert_one``: what ``_batch_columns`` sends for a
+    batch of one, without the separators (and refused for the same values)."""
+    try:
+        args = p.encoded_args.decode()
+        metadata = p.metadata.decode()
+    except UnicodeDecodeError as exc:
+        raise ValidationError("encoded_args", f"must be UTF-8 JSON: {exc}") from None
+    tags = _TAG_SEP.join(p.tags) if p.tags else ""
+    for name, value in (
+        ("encoded_args", args),
+        ("metadata", metadata),
+        ("kind", p.kind),
+        ("queue", p.queue),
+        ("tags", tags),
+    ):
+        if _SEP in value:
+            raise ValidationError(name, "must not contain the control character U+001E")
+    if p.tags and tags.count(_TAG_SEP) != len(p.tags) - 1:
+        raise ValidationError("tags", "must not contain the control character U+001F")
+    return [
+        args,
+        _time_text(p.created_at, "created_at"),
+        p.kind,
+        str(p.max_attempts),
+        metadata,
+        str(p.priority),
+        p.queue,
+        _time_text(p.scheduled_at, "scheduled_at"),
+        p.state.value,
+        tags,
+        str(p.unique_states) if p.unique_states else "",
+    ]
+
+
 def _completion_columns(completions: Sequence[Completion], client_id: str) -> list[str]:
     """The parameters of ``Queries.job_set_state_if_running_many``: one text per column, so
     the statement's parameter types never change (it stays prepared) and nothing is adapted
@@ -417,13 +452,20 @@ class PostgresExecutor(SharedOperations):
     async def job_insert_fast_many(self, params: Sequence[JobInsertParams]) -> list[InsertedJob]:
         if not params:
             return []
-        return await self._insert(self._q.job_insert_fast_many, [], params)
+        q = self._q
+        return await self._insert(q.job_insert_fast_many, q.job_insert_one, [], params)
 
     async def _insert(
-        self, query: str, leading: list[Any], params: Sequence[JobInsertParams]
+        self, query: str, one: str, leading: list[Any], params: Sequence[JobInsertParams]
     ) -> list[InsertedJob]:
         """Run a batch insert (``leading`` values, then the batch's columns) returning one
-        row per job and its duplicate flag."""
+        row per job and its duplicate flag; a single job without a unique key goes through
+        ``one``, the single-row form of ``query``."""
+        if len(params) == 1 and params[0].unique_key is None:
+            rows = await self._rows(one, [*leading, *_row_columns(params[0])], binary=True)
+            if len(rows) != 1:
+                raise DatabaseError(f"insert returned {len(rows)} rows for 1 job")
+            return [InsertedJob(job=row_to_job(rows[0]), unique_skipped_as_duplicate=False)]
         sent, where = _one_per_unique_key(params)
         rows = await self._rows(query, [*leading, *_batch_columns(sent)], binary=True)
         if len(rows) != len(sent):
@@ -853,7 +895,10 @@ class PostgresExecutor(SharedOperations):
             await self.notify_many(topic, payloads)
             return []
         leading = [self._channel(topic), list(payloads)]
-        return await self._insert(self._q.job_insert_fast_many_notify, leading, params)
+        q = self._q
+        return await self._insert(
+            q.job_insert_fast_many_notify, q.job_insert_one_notify, leading, params
+        )
 
     # --- a claim whose reply was lost ----------------------------------------------------------
 

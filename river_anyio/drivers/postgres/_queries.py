@@ -151,6 +151,43 @@ ON CONFLICT (unique_key)
 RETURNING {_COLS}, xmax::text <> '0'"""
 
     @cached_property
+    def job_insert_one(self) -> str:
+        """One job without a unique key: the columns of ``job_insert_fast_many`` (but
+        ``unique_key``) as one text parameter each, a plain ``INSERT ... VALUES`` (no
+        unnesting, no conflict arbiter: a third less server time than the batch form for a
+        single row). Same RETURNING columns, the duplicate flag always false."""
+        p = self.prefix
+        return f"""
+INSERT INTO {p}river_job (
+    args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
+    tags, unique_states
+)
+VALUES (
+    coalesce(nullif(%s, ''), '{{}}')::jsonb,
+    coalesce(nullif(%s, '')::timestamptz, now()),
+    %s::text,
+    %s::smallint,
+    coalesce(nullif(%s, ''), '{{}}')::jsonb,
+    %s::smallint,
+    %s::text,
+    coalesce(nullif(%s, '')::timestamptz, now()),
+    %s::{p}river_job_state,
+    string_to_array(%s, chr(31))::varchar(255)[],
+    nullif(nullif(%s, ''), '0')::integer::bit(8)
+)
+RETURNING {_COLS}, false"""
+
+    @cached_property
+    def job_insert_one_notify(self) -> str:
+        """``notify_many`` and ``job_insert_one`` in one statement (as
+        ``job_insert_fast_many_notify``)."""
+        return (
+            f"WITH notified AS MATERIALIZED ({self.notify_many}),\n"
+            f"inserted AS ({self.job_insert_one})\n"
+            "SELECT inserted.*, (SELECT count(*) FROM notified) FROM inserted"
+        )
+
+    @cached_property
     def job_insert_fast_many_notify(self) -> str:
         """``notify_many`` and ``job_insert_fast_many`` in one statement: the notification's
         parameters first, then the insert's; an extra last column counts the notifications.
