@@ -224,7 +224,8 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
         client = run.client
 
         def done() -> int:
-            return run.diagnostics.completer.written if run.diagnostics.completer else 0
+            completer = run.diagnostics.completer  # (diagnostics are built on each read)
+            return completer.written if completer else 0
 
         cpu0 = time.process_time()
         start = time.perf_counter()
