@@ -389,9 +389,12 @@ WITH input AS (
         metadata = CASE WHEN i.metadata IS NULL THEN j.metadata ELSE j.metadata || i.metadata END
     FROM input AS i
     WHERE j.id = i.id
-        AND j.state = 'running'
-        AND j.attempt = i.attempt
-        AND j.attempted_by[cardinality(j.attempted_by)] = %s::text
+        -- one expression, so no index on state can drive the join: the rows come by id
+        AND CASE
+            WHEN j.state = 'running'
+            THEN j.attempt = i.attempt AND j.attempted_by[cardinality(j.attempted_by)] = %s::text
+            ELSE false
+        END
     RETURNING {jcols}, true, i.ord
 ), merged AS (
     UPDATE {p}river_job AS j
