@@ -280,3 +280,25 @@ async def test_completion_finds_its_rows_by_id_whatever_the_statistics(pg_url: s
         # (a seq scan may be cheapest on a table this small; an index on state never is)
         assert "Index Cond: (state" not in applied, text
         assert "river_job_prioritized_fetching_index" not in applied, text
+
+
+async def test_notifications_carry_their_payloads_exactly(pg_url: str) -> None:
+    """Payloads travel as one text parameter: each arrives as sent, an empty one and ones
+    with commas, quotes and non-ASCII included; one with the separator is refused."""
+    from river_anyio import ValidationError
+    from river_anyio.drivers import TOPIC_INSERT
+
+    payloads = ['{"queue": "a,b"}', "", '{"x": "é ü \\" 中"}', "plain text"]
+    async with open_postgres(pg_url) as sender, open_postgres(pg_url) as receiver:
+        async with receiver.listener() as listener:
+            await listener.listen(TOPIC_INSERT)
+            await sender.executor().notify_many(TOPIC_INSERT, payloads)
+            got = []
+            with anyio.fail_after(10):
+                async for note in listener:
+                    got.append(note.payload)
+                    if len(got) == len(payloads):
+                        break
+            assert got == payloads
+        with pytest.raises(ValidationError, match="U\\+001E"):
+            await sender.executor().notify_many(TOPIC_INSERT, ["a\x1eb"])

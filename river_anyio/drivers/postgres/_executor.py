@@ -209,6 +209,13 @@ def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
     ]
 
 
+def _payloads(payloads: Sequence[str]) -> str:
+    """The parameter of ``Queries.notify_many``: every payload preceded by chr(30)."""
+    if any(_SEP in p for p in payloads):
+        raise ValidationError("payload", "must not contain the control character U+001E")
+    return _SEP + _SEP.join(payloads)
+
+
 def _row_columns(p: JobInsertParams) -> list[str]:
     """The parameters of ``Queries.job_insert_one``: what ``_batch_columns`` sends for a
     batch of one, without the separators (and refused for the same values)."""
@@ -668,7 +675,7 @@ class PostgresExecutor(SharedOperations):
 
     async def notify_many(self, topic: str, payloads: Sequence[str]) -> None:
         if payloads:
-            await self._count(self._q.notify_many, (self._channel(topic), list(payloads)))
+            await self._count(self._q.notify_many, (self._channel(topic), _payloads(payloads)))
 
     # --- generic access -----------------------------------------------------------------------
 
@@ -894,7 +901,7 @@ class PostgresExecutor(SharedOperations):
         if not params:
             await self.notify_many(topic, payloads)
             return []
-        leading = [self._channel(topic), list(payloads)]
+        leading = [self._channel(topic), _payloads(payloads)]
         q = self._q
         return await self._insert(
             q.job_insert_fast_many_notify, q.job_insert_one_notify, leading, params

@@ -518,13 +518,13 @@ FROM matched AS m"""
 
     @cached_property
     def notify_many(self) -> str:
-        """Parameters: the topic (the channel, when a schema is configured), the payloads."""
+        """Parameters: the topic (the channel, when a schema is configured), the payloads as
+        one text, each preceded by chr(30) (one text parameter is adapted several times
+        faster than a list: this is on every single insert's path)."""
+        payloads = "unnest((string_to_array(%s::text, chr(30)))[2:]) AS n(payload)"
         if self.schema:
-            return "SELECT pg_notify(%s, payload) FROM unnest(%s::text[]) AS n(payload)"
-        return (
-            "SELECT pg_notify(concat(current_schema(), '.', %s::text), payload) "
-            "FROM unnest(%s::text[]) AS n(payload)"
-        )
+            return f"SELECT pg_notify(%s, payload) FROM {payloads}"
+        return f"SELECT pg_notify(concat(current_schema(), '.', %s::text), payload) FROM {payloads}"
 
     table_exists = "SELECT to_regclass(%s) IS NOT NULL"
     column_exists = (
