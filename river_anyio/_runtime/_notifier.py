@@ -21,6 +21,7 @@ from collections.abc import Callable, Collection
 from contextlib import AsyncExitStack
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
@@ -82,9 +83,9 @@ class Notifier:
     def unroute_inserts(self, queue: str) -> None:
         self._insert_routes.pop(queue, None)
 
-    def _deliver(self, note: Notification) -> None:
-        if note.topic == TOPIC_INSERT:
-            self._route_insert(note.payload)
+    def _deliver(self, note: Notification) -> bool:
+        """Hand a notification to its producer and subscribers; True if it woke a producer."""
+        woke = note.topic == TOPIC_INSERT and self._route_insert(note.payload)
         for owner, send in list(self._subscribers.items()):
             if note.topic not in self._subscribed_topics.get(owner, ()):
                 continue
@@ -98,8 +99,9 @@ class Notifier:
                 )
             except (anyio.BrokenResourceError, anyio.ClosedResourceError):
                 pass
+        return woke
 
-    def _route_insert(self, payload: str) -> None:
+    def _route_insert(self, payload: str) -> bool:
         try:
             data = json.loads(payload)
         except ValueError:
@@ -108,11 +110,13 @@ class Notifier:
                 payload,
                 extra={"river_event": "notification_malformed"},
             )
-            return
+            return False
         queue = data.get("queue") if isinstance(data, dict) else None
         trigger = self._insert_routes.get(queue) if isinstance(queue, str) else None
-        if trigger is not None:
-            trigger()
+        if trigger is None:
+            return False
+        trigger()
+        return True
 
     async def _connect(self, stack: AsyncExitStack) -> Listener:
         listener = await stack.enter_async_context(self._driver.listener())
@@ -150,7 +154,10 @@ class Notifier:
                                 tg.start_soon(self._ping, listener, tg.cancel_scope, failures)
                             try:
                                 async for note in listener:
-                                    self._deliver(note)
+                                    if self._deliver(note):
+                                        # a producer was woken: let it send its claim
+                                        # before this task reads the socket again
+                                        await anyio.lowlevel.checkpoint()
                             except DatabaseError as exc:
                                 failures.append(exc)
                             tg.cancel_scope.cancel("listener closed")
