@@ -302,3 +302,39 @@ async def test_notifications_carry_their_payloads_exactly(pg_url: str) -> None:
             assert got == payloads
         with pytest.raises(ValidationError, match="U\\+001E"):
             await sender.executor().notify_many(TOPIC_INSERT, ["a\x1eb"])
+
+
+async def test_hot_statements_share_a_cursor_that_survives_errors(pg_url: str) -> None:
+    """Claims, single inserts and lean completions run on one kept cursor per connection: a
+    statement failing on it, or cancelled mid-flight, leaves it usable for the next."""
+    from river_anyio import DatabaseError
+    from river_anyio.drivers.postgres import AnyioConnection
+
+    async with open_postgres(pg_url) as driver:
+        conn = await AnyioConnection.connect(pg_url)
+        try:
+            ex = driver.executor_for(conn)
+            [first] = await ex.job_insert_fast_many([job(1)])
+            kept = conn._kept_cursor()
+            bad = JobCompletion(  # the server refuses the metadata: not JSON
+                id=first.job.id, attempt=1, state=S.COMPLETED, metadata_updates=b"{nope"
+            )
+            with pytest.raises(DatabaseError):
+                await ex.job_set_state_if_running_many([bad], client_id="c", return_rows=False)
+            with anyio.move_on_after(0.001):  # cancelled while the claim may be in flight
+                await ex.job_get_available(queue="default", max_to_lock=1, client_id="c")
+            await ex.job_insert_fast_many([job(2)])
+            claimed = await ex.job_get_available(queue="default", max_to_lock=10, client_id="c")
+            assert conn._kept_cursor() is kept
+            now = dt.datetime.now(UTC)
+            done = [
+                JobCompletion(id=j.id, attempt=j.attempt, state=S.COMPLETED, finalized_at=now)
+                for j in claimed
+            ]
+            results = await ex.job_set_state_if_running_many(done, client_id="c", return_rows=False)
+            assert results == []  # every completion applied
+            rows = await ex.job_list(states=[S.COMPLETED], limit=10)
+            assert {r.id for r in rows} == {j.id for j in claimed}
+            assert len(rows) >= 1
+        finally:
+            await conn.close()

@@ -151,6 +151,17 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         self.lock = _new_lock()  # type: ignore[assignment]
         #: Set when a prepared statement went stale; the pool runs DEALLOCATE ALL on return.
         self.reset_prepared = False
+        self._kept: psycopg.AsyncCursor[TupleRow] | None = None
+
+    def _kept_cursor(self) -> psycopg.AsyncCursor[TupleRow]:
+        """A binary cursor kept across the hot statements (claims, single inserts, lean
+        completions): its adaptation caches (parameter dumpers, result loaders) outlive one
+        statement, which a new cursor's do not. For small results only: the last one stays
+        with the cursor until its next statement."""
+        cur = self._kept
+        if cur is None or cur.closed:
+            cur = self._kept = self.cursor(binary=True)
+        return cur
 
     @classmethod
     async def connect(  # type: ignore[override]
