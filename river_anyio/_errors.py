@@ -23,7 +23,8 @@ Every error the library raises on purpose derives from :class:`RiverError`::
 
 Driver exceptions (psycopg, apsw) never escape the driver layer: they are translated at the
 boundary and kept as ``__cause__``. ``DatabaseError.transient`` tells background services
-whether retrying with back-off is likely to help.
+whether retrying with back-off is likely to help; besides the classes marked above, it is true
+for a PostgreSQL transaction that lost a race (serialization failure, deadlock).
 """
 
 from __future__ import annotations

@@ -548,3 +548,8 @@ def test_translate_error_mapping() -> None:
     for exc, expected in cases:
         assert type(translate_error(exc)) is expected, exc
     assert translate_error(psycopg.errors.UndefinedTable("x")).sqlstate == "42P01"
+    # a lost race is worth retrying; other errors are not, unless the connection is gone
+    assert translate_error(psycopg.errors.DeadlockDetected("x")).transient
+    assert translate_error(psycopg.errors.SerializationFailure("x")).transient
+    assert not translate_error(psycopg.errors.UndefinedTable("x")).transient
+    assert not _errors.DatabaseError("x").transient

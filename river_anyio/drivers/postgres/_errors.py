@@ -24,6 +24,9 @@ __all__ = ["is_cached_plan_error", "map_errors", "translate_error"]
 # SQLSTATEs that mean "this connection is gone": class 08 (connection exception) and the
 # server shutting down or not accepting connections (57P01..57P03).
 _CONNECTION_SQLSTATES = frozenset({"57P01", "57P02", "57P03"})
+# The transaction lost a race with another (serialization failure, deadlock): running it again
+# is the remedy, so background services retry it and the completer requeues its batch.
+_RACE_SQLSTATES = frozenset({"40001", "40P01"})
 
 
 def translate_error(exc: psycopg.Error) -> DatabaseError:
@@ -42,7 +45,10 @@ def translate_error(exc: psycopg.Error) -> DatabaseError:
         # Client-side failures (no SQLSTATE: socket closed, connect refused or timed out,
         # "the connection is closed") and server-reported connection loss.
         return ConnectionLostError(message, sqlstate=sqlstate)
-    return DatabaseError(message, sqlstate=sqlstate)
+    error = DatabaseError(message, sqlstate=sqlstate)
+    if sqlstate in _RACE_SQLSTATES:
+        error.transient = True
+    return error
 
 
 @contextmanager
