@@ -152,15 +152,15 @@ RETURNING {_COLS}, xmax::text <> '0'"""
 
     @cached_property
     def job_insert_one(self) -> str:
-        """One job without a unique key: the columns of ``job_insert_fast_many`` (but
-        ``unique_key``) as one text parameter each, a plain ``INSERT ... VALUES`` (no
-        unnesting, no conflict arbiter: a third less server time than the batch form for a
-        single row). Same RETURNING columns, the duplicate flag always false."""
+        """One job without a unique key: the columns of ``job_insert_fast_many`` as one text
+        parameter each, a plain ``INSERT ... VALUES`` (no unnesting, no conflict arbiter,
+        which a job without a unique key cannot meet: less server time for a single row).
+        Same RETURNING columns, the duplicate flag always false."""
         p = self.prefix
         return f"""
 INSERT INTO {p}river_job (
     args, created_at, kind, max_attempts, metadata, priority, queue, scheduled_at, state,
-    tags, unique_states
+    tags, unique_key, unique_states
 )
 VALUES (
     coalesce(nullif(%s, ''), '{{}}')::jsonb,
@@ -173,6 +173,7 @@ VALUES (
     coalesce(nullif(%s, '')::timestamptz, now()),
     %s::{p}river_job_state,
     string_to_array(%s, chr(31))::varchar(255)[],
+    decode(nullif(%s, ''), 'hex'),
     nullif(nullif(%s, ''), '0')::integer::bit(8)
 )
 RETURNING {_COLS}, false"""
