@@ -16,7 +16,11 @@ pool may hold at most before it asks for a claim. While that backlog lasts and j
 quickly, the producer also claims ahead: up to ``PREFETCH_MAX × max_workers`` extra rows, no
 more than the workers get through in ``PREFETCH_HORIZON`` at the rate measured between
 claims, may wait in the ready queue, so the next claim's round trip overlaps the jobs being
-run instead of following them. Long jobs measure a low rate and get no prefetch.
+run instead of following them. Each such claim takes a third of the rows claimed ahead
+(``CLAIM_SHARE``), leaving twice as many ready: a claim costs the database about as much time
+per row as a quick job costs the client, and its round trip competes with the client for the
+same cores, so the rows left must outlast it. Long jobs measure a low rate and get no
+prefetch.
 
 A queue with global limits (``rate_limit``, ``global_max_workers``) claims no rows ahead, and
 when a claim is cut short by a limit the pacer *holds*: no claim before the rate window
@@ -31,14 +35,23 @@ from collections.abc import Callable
 
 from .._limiter import BurstLimiter
 
-__all__ = ["FETCH_BURST", "NO_LOW_WATER", "PREFETCH_HORIZON", "PREFETCH_MAX", "FetchPacer"]
+__all__ = [
+    "CLAIM_SHARE",
+    "FETCH_BURST",
+    "NO_LOW_WATER",
+    "PREFETCH_HORIZON",
+    "PREFETCH_MAX",
+    "FetchPacer",
+]
 
 #: Notification- and poll-triggered fetches allowed at once, and per ``fetch_cooldown``.
 FETCH_BURST = 25
 #: Claimed-ahead rows are limited to what the workers start within this many seconds...
 PREFETCH_HORIZON = 0.05
 #: ...and to this many times ``max_workers``.
-PREFETCH_MAX = 2
+PREFETCH_MAX = 6
+#: While rows are claimed ahead, a claim takes this share of them (at least the refill share).
+CLAIM_SHARE = 3
 #: A low-water mark no pool reaches: no claim is wanted when jobs finish.
 NO_LOW_WATER = -1
 
@@ -118,9 +131,10 @@ class FetchPacer:
 
     def low_water(self) -> int:
         """The most attempts the pool may hold for a claim to be worthwhile: half the slots
-        free (at most 25), or while rows are claimed ahead, room for as many rows as may be
-        claimed ahead, so the claim's round trip runs while that many rows are still ready."""
-        return self.max_workers + self.prefetch - max(self.refill_at, self.prefetch)
+        free (at most 25), or while rows are claimed ahead, room for a third of them, so the
+        claim's round trip runs while twice as many rows are still ready."""
+        share = max(self.refill_at, self.prefetch // CLAIM_SHARE)
+        return self.max_workers + self.prefetch - share
 
     def full(self) -> int:
         """No room for a claim: the low-water mark at which finishing jobs ask for one."""

@@ -54,7 +54,8 @@ class _Slot:
 class WorkerPool:
     """Runs claimed rows on up to ``max_workers`` workers. Started with
     ``await tg.start(pool.run)``; ``on_low_water`` is called (from a worker, synchronously)
-    when a finished job leaves at most :attr:`low_water` attempts."""
+    when a finished job leaves at most :attr:`low_water` attempts, until the owner lowers
+    the mark again."""
 
     def __init__(
         self,
@@ -86,7 +87,10 @@ class WorkerPool:
         self._prune_at = _PRUNE_SLACK
         self._watch_at = math.inf
         self._watch_wake = Wakeup()
-        #: a finished job leaving at most this many attempts calls ``on_low_water`` (once)
+        #: a finished job leaving at most this many attempts calls ``on_low_water`` and
+        #: yields; the mark stays until the producer's fetch loop runs and lowers it, so every
+        #: worker yields after each job until then (a worker woken earlier in the chain, ahead
+        #: of the fetch loop in the run queue, would otherwise run every ready row first)
         self.low_water = NO_LOW_WATER
         #: jobs finished so far
         self.finished = 0
@@ -262,7 +266,6 @@ class WorkerPool:
             self._low_water()
 
     def _low_water(self) -> None:
-        self.low_water = NO_LOW_WATER
         if self._on_low_water is not None:
             self._on_low_water()
 

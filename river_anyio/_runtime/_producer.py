@@ -38,7 +38,7 @@ from ..drivers import Driver, Notification
 from ._completer import Completer, Finished
 from ._control import HOT_OPERATION_TIMEOUT, QueueControl
 from ._health import Contact
-from ._pacing import FetchPacer
+from ._pacing import NO_LOW_WATER, FetchPacer
 from ._pool import WorkerPool
 from ._recovery import LostClaims
 from ._runner import JobRunner
@@ -246,6 +246,8 @@ class Producer:
             if (idle := pacer.idle_time()) > 0:
                 with anyio.move_on_after(idle):
                     await wake.wait()
+            # the loop runs: the workers stop asking for a claim (and yielding for it)
+            self._pool.low_water = NO_LOW_WATER
             # the guard against notification storms (refills of freed slots bypass it)
             if (wait := pacer.cooldown()) > 0:
                 await anyio.sleep(wait)

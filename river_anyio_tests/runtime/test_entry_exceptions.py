@@ -33,10 +33,17 @@ class _BrokenFetch:
         return getattr(self._inner, name)
 
     async def job_get_available(self, **kw: Any) -> Any:
-        if self._driver.armed:
-            self._driver.raised.set()
+        driver = self._driver
+        if driver.armed:
+            driver.raised.set()
             raise RuntimeError("driver bug")
-        return await self._inner.job_get_available(**kw)
+        driver.in_flight += 1
+        try:
+            return await self._inner.job_get_available(**kw)
+        finally:
+            driver.in_flight -= 1
+            if not driver.in_flight:
+                driver.settled.set()
 
 
 class BreakingDriver:
@@ -47,6 +54,17 @@ class BreakingDriver:
         self._inner = inner
         self.armed = False
         self.raised = anyio.Event()
+        #: claims begun before arming and not returned yet
+        self.in_flight = 0
+        self.settled = anyio.Event()
+
+    async def arm(self) -> None:
+        """Fail every claim from now on; returns once the claims begun earlier returned (one
+        of them, still waiting for a connection, could take a job inserted after this)."""
+        self.armed = True
+        while self.in_flight:
+            self.settled = anyio.Event()
+            await self.settled.wait()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -71,7 +89,7 @@ async def test_open_client_raises_client_crashed_when_a_service_fails(database_u
             async with river.open_client(driver, config) as run:
                 job = (await run.client.insert(Blocker())).job
                 await gate.started_event(job.id).wait()
-                driver.armed = True
+                await driver.arm()
                 await run.client.insert(Blocker("second"))  # its fetch fails
                 await anyio.sleep_forever()  # cancelled by the crash
     _crash_cause_is_the_bug(info.value)
@@ -91,7 +109,7 @@ async def test_run_client_raises_client_crashed_when_a_service_fails(database_ur
                 run: river.ClientRun = await tg.start(river.run_client, driver, config)
                 job = (await run.client.insert(Blocker())).job
                 await gate.started_event(job.id).wait()
-                driver.armed = True
+                await driver.arm()
                 await run.client.insert(Blocker("second"))
                 await anyio.sleep_forever()
     (crash,) = info.value.exceptions

@@ -17,6 +17,7 @@ import pytest
 
 from river_anyio import JobRow
 from river_anyio._runtime._attempt import Attempt, CancelReason
+from river_anyio._runtime._pacing import NO_LOW_WATER
 from river_anyio._runtime._pool import WorkerPool
 from river_anyio._runtime._runner import JobRunner
 from river_anyio.testing import build_job
@@ -168,7 +169,7 @@ async def test_many_finished_deadlines_do_not_delay_a_later_timeout() -> None:
     assert len(runner.ended) == 1000
 
 
-async def test_the_low_water_mark_calls_back_once() -> None:
+async def test_the_low_water_mark_calls_back_until_lowered() -> None:
     calls: list[int] = []
     pool: WorkerPool
 
@@ -182,7 +183,48 @@ async def test_the_low_water_mark_calls_back_once() -> None:
             pool.low_water = 2
             pool.dispatch(rows(5))
             pool.close()
-    assert calls == [2]
+    assert calls == [2, 1, 0]
+
+
+async def test_the_owner_runs_at_the_low_water_mark_before_the_ready_rows() -> None:
+    """Jobs that never wait run back to back on one worker while the next worker, woken in
+    the chain, waits in the run queue ahead of whoever the low-water call wakes. The owner
+    still gets to run (and send its claim) while rows are left to overlap it."""
+    seen: list[int] = []
+    wanted = anyio.Event()
+    release = anyio.Event()
+    pool: WorkerPool
+
+    async def work(attempt: Attempt) -> None:
+        if attempt.row.id <= 4:  # the first rows hold every worker, so all four exist
+            await release.wait()
+
+    async def owner() -> None:
+        await wanted.wait()
+        seen.append(len(pool))
+        pool.low_water = NO_LOW_WATER
+
+    runner = StandInRunner(work)
+    pool = pool_of(runner, 4, on_low_water=wanted.set)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            tg.start_soon(owner)
+            pool.dispatch(rows(4))
+            while runner.running < 4:
+                await anyio.lowlevel.checkpoint()
+            release.set()
+            while len(pool):
+                await anyio.lowlevel.checkpoint()
+            # four idle workers; quick rows from here on
+            pool.low_water = 30
+            pool.dispatch([build_job(Args(n=i), id=i) for i in range(5, 45)])
+            await wanted.wait()
+            pool.close()
+    assert len(runner.ended) == 44
+    # the owner ran within a job or two of the mark, not after every ready row
+    assert len(seen) == 1
+    assert seen[0] >= 27
 
 
 async def test_a_cancelled_pool_interrupts_running_jobs_and_gives_back_the_rest() -> None:

@@ -4,6 +4,7 @@ producer claims, how many rows, and how many it claims ahead of its free slots."
 from __future__ import annotations
 
 from river_anyio._runtime._pacing import (
+    CLAIM_SHARE,
     FETCH_BURST,
     NO_LOW_WATER,
     PREFETCH_HORIZON,
@@ -98,10 +99,15 @@ def test_the_refill_share_is_at_most_25_and_at_least_one() -> None:
     assert pacer(ManualClock(), max_workers=3).low_water() == 1
 
 
-def test_rows_claimed_ahead_lower_the_mark_to_room_for_as_many() -> None:
+def test_rows_claimed_ahead_lower_the_mark_to_room_for_a_share_of_them() -> None:
     p = after_backlog_claims(finished=10_000, seconds=0.1)
     prefetch = p.prefetch
-    assert p.low_water() == MAX_WORKERS + prefetch - prefetch
+    assert p.low_water() == MAX_WORKERS + prefetch - prefetch // CLAIM_SHARE
+    # the claim at the mark takes that share; twice as many rows are still ready
+    assert p.claim_size(p.low_water()) == prefetch // CLAIM_SHARE
+    few = after_backlog_claims(finished=300, seconds=1.0)  # a few rows ahead: the refill share
+    assert 0 < few.prefetch // CLAIM_SHARE < 25
+    assert few.low_water() == MAX_WORKERS + few.prefetch - 25
 
 
 def test_room_to_claim_ahead_already_makes_the_next_claim_due_at_once() -> None:
