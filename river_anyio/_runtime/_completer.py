@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 
 import anyio
+import anyio.lowlevel
 import attrs
 from anyio.abc import TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -247,6 +248,11 @@ class Completer:
                     await self._wake.wait()
                     woken = True
                 ticks += 1
+                if woken:
+                    # asked for by a producer that has just handed its workers new rows: let
+                    # them start first (trio may run this task before them; sending the
+                    # statement can then hand the core to the database for a while)
+                    await anyio.lowlevel.checkpoint()
                 if woken or len(pending) >= FLUSH_THRESHOLD or ticks >= IDLE_TICKS:
                     ticks = 0
                     while pending:

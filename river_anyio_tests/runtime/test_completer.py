@@ -125,3 +125,89 @@ async def test_a_completion_after_an_idle_spell_is_written(database_url: str) ->
                 # the fifth 50 ms tick after it arrived, not a later poll
                 assert anyio.current_time() - sent < 1.0
     assert (await read_job(database_url, job.id)).state is river.JobState.COMPLETED
+
+
+class _RecordingDriver:
+    """The real driver; each completion write is recorded in ``order`` as it is called."""
+
+    def __init__(self, inner: Any, order: list[str]) -> None:
+        self._inner = inner
+        self._order = order
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def executor(self) -> Any:
+        return _RecordingExecutor(self._inner.executor(), self._order)
+
+
+class _RecordingExecutor:
+    def __init__(self, inner: Any, order: list[str]) -> None:
+        self._inner = inner
+        self._order = order
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    async def job_set_state_if_running_many(self, *args: Any, **kwargs: Any) -> Any:
+        self._order.append("write")
+        return await self._inner.job_set_state_if_running_many(*args, **kwargs)
+
+
+async def test_a_flush_asked_for_lets_the_woken_workers_start_first(database_url: str) -> None:
+    """A producer that finds its queue drained hands its workers the rows, then asks for a
+    flush, in one step: the workers start before the write is sent, whatever order the loop
+    runs the woken tasks in (trio varies it; a write sent first can hand the core to the
+    database for a while)."""
+    import datetime as dt
+
+    import river_anyio as river
+    from river_anyio._runtime._completer import Finished
+
+    from .lifecycle_support import Blocker, wait_until
+
+    rounds = 16
+    async with river.open_client(database_url) as inserter:
+        await inserter.client.insert_many([Blocker(f"r{i}") for i in range(rounds)])
+    order: list[str] = []
+    async with open_driver(database_url) as inner:
+        rows = await inner.executor().job_get_available(
+            queue="default", max_to_lock=rounds, client_id="flush-order", max_attempted_by=100
+        )
+        assert len(rows) == rounds
+        driver = _RecordingDriver(inner, order)
+        completer = Completer(driver, client_id="flush-order", events=EventHub())  # type: ignore[arg-type]
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                send = await tg.start(completer.run)
+                with send:
+                    for n, row in enumerate(rows, 1):
+                        now = dt.datetime.now(dt.UTC)
+                        await send.send(
+                            Finished(
+                                id=row.id,
+                                attempt=row.attempt,
+                                state=river.JobState.COMPLETED,
+                                finalized_at=now,
+                                row=row,
+                                kind=river.EventKind.JOB_COMPLETED,
+                                message=None,
+                                start=now,
+                                started=time.monotonic(),
+                            )
+                        )
+                        await wait_until(lambda: completer.statistics().pending == 1, within=5)
+                        waiting = anyio.Event()
+                        woken = anyio.Event()
+
+                        async def worker() -> None:
+                            waiting.set()  # noqa: B023 (each round awaits its worker)
+                            await woken.wait()  # noqa: B023
+                            order.append("job")
+
+                        tg.start_soon(worker)
+                        await waiting.wait()
+                        woken.set()
+                        completer.flush_soon()
+                        await wait_until(lambda: completer.statistics().written == n, within=5)  # noqa: B023
+    assert order == ["job", "write"] * rounds, order
