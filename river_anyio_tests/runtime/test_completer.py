@@ -4,6 +4,7 @@ not wake), on both loops and both databases."""
 from __future__ import annotations
 
 import contextlib
+import datetime as dt
 import sys
 import time
 from collections.abc import Iterator
@@ -13,13 +14,30 @@ import anyio
 import anyio.to_thread
 import pytest
 
+from river_anyio import EventKind, JobRow, JobState
 from river_anyio._events import EventHub
-from river_anyio._runtime._completer import Completer
+from river_anyio._runtime._completer import Completer, Finished
 from river_anyio.drivers import open_driver
 
 pytestmark = pytest.mark.anyio
 
 IDLE = 0.6
+
+
+def completed(row: JobRow) -> Finished:
+    """A successful attempt of a claimed ``row``, ready for the completer."""
+    now = dt.datetime.now(dt.UTC)
+    return Finished(
+        id=row.id,
+        attempt=row.attempt,
+        state=JobState.COMPLETED,
+        finalized_at=now,
+        row=row,
+        kind=EventKind.JOB_COMPLETED,
+        message=None,
+        start=now,
+        started=time.monotonic(),
+    )
 
 
 class _Wakeups:
@@ -87,10 +105,7 @@ async def test_an_idle_completer_sleeps(database_url: str, anyio_backend: str) -
 async def test_a_completion_after_an_idle_spell_is_written(database_url: str) -> None:
     """Asleep, the completer still wakes for a completion, and writes it within its quiet
     flush window (no producer asked for a flush here)."""
-    import datetime as dt
-
     import river_anyio as river
-    from river_anyio._runtime._completer import Finished
 
     from .lifecycle_support import Blocker, read_job, wait_until
 
@@ -106,20 +121,7 @@ async def test_a_completion_after_an_idle_spell_is_written(database_url: str) ->
             with send:
                 await anyio.wait_all_tasks_blocked()
                 await anyio.to_thread.run_sync(time.sleep, 0.2)  # idle for a while
-                now = dt.datetime.now(dt.UTC)
-                await send.send(
-                    Finished(
-                        id=row.id,
-                        attempt=row.attempt,
-                        state=river.JobState.COMPLETED,
-                        finalized_at=now,
-                        row=row,
-                        kind=river.EventKind.JOB_COMPLETED,
-                        message=None,
-                        start=now,
-                        started=time.monotonic(),
-                    )
-                )
+                await send.send(completed(row))
                 sent = anyio.current_time()
                 await wait_until(lambda: completer.statistics().written == 1, within=5)
                 # the fifth 50 ms tick after it arrived, not a later poll
@@ -159,10 +161,7 @@ async def test_a_flush_asked_for_lets_the_woken_workers_start_first(database_url
     flush, in one step: the workers start before the write is sent, whatever order the loop
     runs the woken tasks in (trio varies it; a write sent first can hand the core to the
     database for a while)."""
-    import datetime as dt
-
     import river_anyio as river
-    from river_anyio._runtime._completer import Finished
 
     from .lifecycle_support import Blocker, wait_until
 
@@ -182,20 +181,7 @@ async def test_a_flush_asked_for_lets_the_woken_workers_start_first(database_url
                 send = await tg.start(completer.run)
                 with send:
                     for n, row in enumerate(rows, 1):
-                        now = dt.datetime.now(dt.UTC)
-                        await send.send(
-                            Finished(
-                                id=row.id,
-                                attempt=row.attempt,
-                                state=river.JobState.COMPLETED,
-                                finalized_at=now,
-                                row=row,
-                                kind=river.EventKind.JOB_COMPLETED,
-                                message=None,
-                                start=now,
-                                started=time.monotonic(),
-                            )
-                        )
+                        await send.send(completed(row))
                         await wait_until(lambda: completer.statistics().pending == 1, within=5)
                         waiting = anyio.Event()
                         woken = anyio.Event()
