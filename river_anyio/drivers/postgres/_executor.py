@@ -211,9 +211,9 @@ def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
 
 def _payloads(payloads: Sequence[str]) -> str:
     """The parameter of ``Queries.notify_many``: every payload preceded by chr(30)."""
-    if any(_SEP in p for p in payloads):
-        raise ValidationError("payload", "must not contain the control character U+001E")
-    return _SEP + _SEP.join(payloads)
+    blob = _SEP + _SEP.join(payloads)
+    _check_column("payload", blob, len(payloads))
+    return blob
 
 
 def _row_columns(p: JobInsertParams) -> list[str]:
