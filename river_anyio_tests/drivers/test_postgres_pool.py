@@ -9,7 +9,7 @@ from psycopg import pq
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from river_anyio import _errors
-from river_anyio.drivers.postgres import AnyioConnection, Pool, open_postgres
+from river_anyio.drivers.postgres import AnyioConnection, Pool, PostgresExecutor, open_postgres
 
 pytestmark = pytest.mark.anyio
 
@@ -251,4 +251,21 @@ async def test_stale_prepared_statement_recovers(pg_url: str) -> None:
                 await tx.fetch_all("SELECT * FROM p4")
         assert info.value.sqlstate == "0A000"
         assert await ex.fetch_all("SELECT * FROM p4") == [(1, 2, 3)]
+        assert driver.statistics().discarded == 0
+
+
+async def test_stale_prepared_statement_recovers_on_the_direct_path(pg_url: str) -> None:
+    """The hot statements' direct path prepares its own statements: one gone stale after
+    DDL is dropped and prepared again, as psycopg's are."""
+    async with open_postgres(pg_url, pool_max_size=1) as driver:
+        ex = driver.executor()
+        assert isinstance(ex, PostgresExecutor)
+        await ex.execute("CREATE TABLE p5 (a int)")
+        await ex.execute("INSERT INTO p5 VALUES (1)")
+        query = "SELECT * FROM p5 WHERE a = %s"
+        assert await ex._rows(query, [1], binary=True) == [(1,)]
+        async with await AnyioConnection.connect(pg_url) as other:
+            await other.execute("ALTER TABLE p5 ADD COLUMN b int DEFAULT 2")
+        assert await ex._rows(query, [1], binary=True) == [(1, 2)]
+        assert await ex._rows(query, [1], binary=True) == [(1, 2)]
         assert driver.statistics().discarded == 0

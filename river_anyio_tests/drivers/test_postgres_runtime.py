@@ -7,6 +7,7 @@ import json
 
 import anyio
 import pytest
+from psycopg import pq
 
 from river_anyio._job import JobState
 from river_anyio.drivers import TOPIC_CONTROL, JobCompletion, JobInsertParams
@@ -304,9 +305,14 @@ async def test_notifications_carry_their_payloads_exactly(pg_url: str) -> None:
             await sender.executor().notify_many(TOPIC_INSERT, ["a\x1eb"])
 
 
-async def test_hot_statements_share_a_cursor_that_survives_errors(pg_url: str) -> None:
-    """Claims, single inserts and lean completions run on one kept cursor per connection: a
-    statement failing on it, or cancelled mid-flight, leaves it usable for the next."""
+async def test_hot_statements_on_the_direct_path_survive_errors_and_cancellation(
+    pg_url: str,
+) -> None:
+    """Claims, single inserts and lean completions run on the connection's direct path: a
+    statement failing there, or cancelled mid-flight, leaves the connection usable; each is
+    prepared once; one whose prepared statement was dropped behind the driver's back (as by
+    ``DEALLOCATE ALL`` or a pooler's ``DISCARD ALL``) is prepared again; and the last result
+    is not held once its rows are read."""
     from river_anyio import DatabaseError
     from river_anyio.drivers.postgres import AnyioConnection
 
@@ -315,7 +321,6 @@ async def test_hot_statements_share_a_cursor_that_survives_errors(pg_url: str) -
         try:
             ex = driver.executor_for(conn)
             [first] = await ex.job_insert_fast_many([job(1)])
-            kept = conn._kept_cursor()
             bad = JobCompletion(  # the server refuses the metadata: not JSON
                 id=first.job.id, attempt=1, state=S.COMPLETED, metadata_updates=b"{nope"
             )
@@ -323,9 +328,13 @@ async def test_hot_statements_share_a_cursor_that_survives_errors(pg_url: str) -
                 await ex.job_set_state_if_running_many([bad], client_id="c", return_rows=False)
             with anyio.move_on_after(0.001):  # cancelled while the claim may be in flight
                 await ex.job_get_available(queue="default", max_to_lock=1, client_id="c")
-            await ex.job_insert_fast_many([job(2)])
+            assert conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
+            [second] = await ex.job_insert_fast_many([job(2)])
+            await conn.execute("DEALLOCATE ALL")  # behind the direct path's back
             claimed = await ex.job_get_available(queue="default", max_to_lock=10, client_id="c")
-            assert conn._kept_cursor() is kept
+            # the cancelled claim may have taken the first job before it was cancelled
+            assert second.job.id in {j.id for j in claimed}
+            assert conn._direct_tx is not None and conn._direct_tx.pgresult is None
             now = dt.datetime.now(UTC)
             done = [
                 JobCompletion(id=j.id, attempt=j.attempt, state=S.COMPLETED, finalized_at=now)
@@ -333,8 +342,30 @@ async def test_hot_statements_share_a_cursor_that_survives_errors(pg_url: str) -
             ]
             results = await ex.job_set_state_if_running_many(done, client_id="c", return_rows=False)
             assert results == []  # every completion applied
+            for _ in range(3):
+                await ex.job_get_available(queue="default", max_to_lock=10, client_id="c")
+                await ex.job_insert_fast_many([job(3)])
+            assert await prepared(ex, "FOR UPDATE SKIP LOCKED") == 1
+            assert await prepared(ex, "INSERT INTO") == 1
             rows = await ex.job_list(states=[S.COMPLETED], limit=10)
             assert {r.id for r in rows} == {j.id for j in claimed}
-            assert len(rows) >= 1
         finally:
             await conn.close()
+
+
+async def test_the_direct_path_prepares_nothing_without_prepared_statements(pg_url: str) -> None:
+    """With ``prepare_threshold=None`` (a pooler without prepared statements) the direct path
+    sends each statement with its text and prepares none."""
+    async with open_postgres(pg_url, prepare_threshold=None) as driver:
+        async with driver.transaction() as tx:  # one connection throughout
+            assert isinstance(tx, PostgresExecutor)
+            await tx.job_insert_fast_many([job(1)])
+            [claimed] = await tx.job_get_available(queue="default", max_to_lock=5, client_id="c")
+            now = dt.datetime.now(UTC)
+            done = JobCompletion(id=claimed.id, attempt=1, state=S.COMPLETED, finalized_at=now)
+            assert (
+                await tx.job_set_state_if_running_many([done], client_id="c", return_rows=False)
+                == []
+            )
+            rows = await tx.fetch_all("SELECT count(*) FROM pg_prepared_statements")
+            assert rows[0][0] == 0

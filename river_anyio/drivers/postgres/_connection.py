@@ -10,9 +10,12 @@ the connection and leaving the query running.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
+import re
 import select
 import time
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import anyio
@@ -20,6 +23,7 @@ import anyio.lowlevel
 import psycopg
 from psycopg import errors as pg_errors
 from psycopg import generators, pq
+from psycopg.adapt import PyFormat, Transformer
 from psycopg.conninfo import conninfo_attempts, conninfo_to_dict, make_conninfo
 from psycopg.rows import TupleRow, tuple_row
 from psycopg.waiting import Ready, Wait
@@ -28,6 +32,7 @@ if TYPE_CHECKING:
     from collections.abc import AsyncIterator
 
     from psycopg.abc import PQGen, PQGenConn
+    from psycopg.abc import Transformer as TransformerType
 
 __all__ = ["CLEANUP_TIMEOUT", "AnyioConnection", "shielded_transaction"]
 
@@ -51,6 +56,46 @@ _POLL_MASK = {
     Wait.RW: select.POLLIN | select.POLLOUT,
 }
 _POLL_READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
+_IDLE = pq.TransactionStatus.IDLE
+_INTRANS = pq.TransactionStatus.INTRANS
+_CONN_OK = pq.ConnStatus.OK
+_BINARY = pq.Format.BINARY
+_TUPLES_OK = pq.ExecStatus.TUPLES_OK
+_COMMAND_OK = pq.ExecStatus.COMMAND_OK
+
+# The direct path's statements, converted once: psycopg's placeholders (``%s``, or
+# ``%(name)s`` for parameters given by name) to numbered ones.
+_PLACEHOLDER = re.compile(r"%(\((\w+)\))?(.)")
+_direct_sql: dict[str, tuple[bytes, tuple[str, ...] | None]] = {}
+
+
+def _numbered(query: str) -> tuple[bytes, tuple[str, ...] | None]:
+    """``query`` with numbered placeholders (``$1``, ``$2``...; ``%%`` as ``%``), and the
+    names of its parameters in their order when they are named (a name used twice is one
+    parameter, as psycopg binds it)."""
+    found = _direct_sql.get(query)
+    if found is not None:
+        return found
+    names: dict[str, int] = {}
+    positional = 0
+
+    def number(m: re.Match[str]) -> str:
+        nonlocal positional
+        if m.group(3) == "%" and m.group(1) is None:
+            return "%"
+        if m.group(3) != "s":
+            raise ValueError(f"unsupported placeholder {m.group()!r}")
+        name = m.group(2)
+        if name is None:
+            positional += 1
+            return f"${positional}"
+        return f"${names.setdefault(name, len(names) + 1)}"
+
+    sql = _PLACEHOLDER.sub(number, query)
+    if names and positional:
+        raise ValueError("a statement mixes named and positional placeholders")
+    found = _direct_sql[query] = (sql.encode(), tuple(names) if names else None)
+    return found
 
 
 def _poll_now(fd: int, wait: int) -> int:
@@ -148,20 +193,184 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
 
     def __init__(self, pgconn: pq.abc.PGconn, row_factory: Any = tuple_row) -> None:
         super().__init__(pgconn, row_factory)
-        self.lock = _new_lock()  # type: ignore[assignment]
+        self._lock = _new_lock()
+        self.lock = self._lock  # type: ignore[assignment]
         #: Set when a prepared statement went stale; the pool runs DEALLOCATE ALL on return.
         self.reset_prepared = False
-        self._kept: psycopg.AsyncCursor[TupleRow] | None = None
+        # the direct path's adaptation (kept: its dumper and loader caches outlive one
+        # statement) and its prepared statements, by statement and parameter types
+        self._direct_tx: TransformerType | None = None
+        self._direct_names: dict[tuple[str, tuple[int, ...] | None], bytes] = {}
+        self._direct_count = itertools.count()
 
-    def _kept_cursor(self) -> psycopg.AsyncCursor[TupleRow]:
-        """A binary cursor kept across the hot statements (claims, single inserts, lean
-        completions): its adaptation caches (parameter dumpers, result loaders) outlive one
-        statement, which a new cursor's do not. For small results only: the last one stays
-        with the cursor until its next statement."""
-        cur = self._kept
-        if cur is None or cur.closed:
-            cur = self._kept = self.cursor(binary=True)
-        return cur
+    async def execute_direct(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] | None = None
+    ) -> list[tuple[Any, ...]]:
+        """Run one statement and return its rows (binary results, as tuples): the driver's
+        frequent statements (claims, inserts, completions) take this path.
+
+        It does what a cursor's ``execute`` and ``fetchall`` do for one statement (``%s``
+        or ``%(name)s`` placeholders), straight on libpq, without a cursor's per-statement
+        bookkeeping (which costs the client more CPU than the statement's round trip): the
+        parameters are adapted by the connection's adapters, the statement is prepared on
+        first use (unless ``prepare_threshold`` is None, as behind a pooler without
+        prepared statements), and a cancelled statement is cancelled on the server and
+        drained, as :meth:`wait` does. Outside a transaction, a prepared statement that
+        went missing (``DEALLOCATE`` or ``DISCARD`` run by someone else) is prepared again.
+        """
+        if self._pipeline is not None or (
+            not self.autocommit and self.pgconn.transaction_status == _IDLE
+        ):
+            # psycopg's own path: a pipeline, or a transaction psycopg would begin itself
+            cur = await self.cursor(binary=True).execute(query, params)
+            res = cur.pgresult
+            return await cur.fetchall() if res is not None and res.nfields else []
+        lock = self._lock
+        try:
+            lock.acquire_nowait()
+        except anyio.WouldBlock:
+            await lock.acquire()
+        try:
+            try:
+                return await self._direct(query, params)
+            except pg_errors.InvalidSqlStatementName:
+                if self.pgconn.transaction_status != _IDLE or not self._direct_names:
+                    raise
+                self._direct_names.clear()
+                return await self._direct(query, params)
+        finally:
+            lock.release()
+
+    async def _direct(
+        self, query: str, params: Sequence[Any] | Mapping[str, Any] | None
+    ) -> list[tuple[Any, ...]]:
+        pgconn = self.pgconn
+        if pgconn.status != _CONN_OK:
+            self._check_connection_ok()
+        tx = self._direct_tx
+        if tx is None:
+            tx = self._direct_tx = Transformer(self)
+        args: Sequence[Any]
+        if params is None:
+            sql, args = query.encode(), ()
+        else:
+            sql, names = _numbered(query)
+            if names is None:
+                if isinstance(params, Mapping):
+                    raise TypeError("parameters by name for a statement taking them in order")
+                args = params
+            else:
+                if not isinstance(params, Mapping):
+                    raise TypeError("parameters in order for a statement taking them by name")
+                args = [params[name] for name in names]
+        values = tx.dump_sequence(args, [PyFormat.AUTO] * len(args))
+        types = tx.types
+        formats = tx.formats
+        if self.prepare_threshold is None:
+            pgconn.send_query_params(
+                sql, values, param_types=types, param_formats=formats, result_format=_BINARY
+            )
+        else:
+            key = (query, types)
+            name = self._direct_names.get(key)
+            if name is None:
+                name = f"_river_{next(self._direct_count)}".encode()
+                pgconn.send_prepare(name, sql, param_types=types)
+                self._check_result(await self._result())
+                self._direct_names[key] = name
+            pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_BINARY)
+        res = await self._result()
+        self._check_result(res)
+        if not res.nfields:
+            return []
+        tx.set_pgresult(res)
+        rows: list[tuple[Any, ...]] = tx.load_rows(0, res.ntuples, tuple)
+        tx.set_pgresult(None, set_loaders=False)  # not kept until the next statement
+        return rows
+
+    async def _result(self) -> pq.abc.PGresult:
+        """The result of the statement just sent (psycopg's ``execute`` generator, with
+        the usual case, one result read in one wait or two, inline)."""
+        pgconn = self.pgconn
+        if pgconn.flush():  # the send buffer is full: psycopg's generator waits on it
+            results: list[pq.abc.PGresult] = await self.wait(generators.execute(pgconn))
+            return results[-1]
+        fd = pgconn.socket
+        try:
+            while pgconn.is_busy():
+                await anyio.wait_readable(fd)
+                pgconn.consume_input()
+            while n := pgconn.notifies():
+                if pgconn.notify_handler:
+                    pgconn.notify_handler(n)
+            res = pgconn.get_result()
+            if res is None:
+                raise psycopg.InterfaceError("the statement returned no result")
+            while pgconn.is_busy():
+                await anyio.wait_readable(fd)
+                pgconn.consume_input()
+            while (extra := pgconn.get_result()) is not None:
+                res = extra if extra.status not in (_TUPLES_OK, _COMMAND_OK) else res
+            return res
+        except anyio.get_cancelled_exc_class():
+            if pgconn.transaction_status == _ACTIVE:
+                await self._cancel_and_drain(generators.fetch_many(pgconn), fd)
+            raise
+        except (OSError, anyio.ClosedResourceError) as exc:
+            raise psycopg.OperationalError("the connection socket was closed") from exc
+
+    def _check_result(self, res: pq.abc.PGresult) -> None:
+        if res.status not in (_TUPLES_OK, _COMMAND_OK):
+            raise pg_errors.error_from_result(res, encoding=self.pgconn._encoding)
+
+    async def wait_notifications(self) -> list[tuple[str, str]]:
+        """Wait for notifications on this (listening) connection: ``(channel, payload)`` of
+        each received, at least one; those psycopg received during other commands first.
+
+        What ``notifies(stop_after=1)`` does, read straight off libpq: an idle listening
+        connection has nothing in flight, so a cancelled wait leaves it as it was.
+        """
+        lock = self._lock
+        try:
+            lock.acquire_nowait()
+        except anyio.WouldBlock:
+            await lock.acquire()
+        try:
+            pgconn = self.pgconn
+            enc = pgconn._encoding
+            backlog = self._notifies_backlog
+            received: list[tuple[str, str]]
+            if backlog:
+                received = [(n.channel, n.payload) for n in backlog]
+                backlog.clear()
+                return received
+            self._notifies_backlog = None  # as psycopg: nothing reported twice meanwhile
+            try:
+                fd = pgconn.socket
+                handler = pgconn.notify_handler
+                received = []
+                while True:
+                    try:
+                        await anyio.wait_readable(fd)
+                    except (OSError, anyio.ClosedResourceError) as exc:
+                        raise psycopg.OperationalError("the connection socket was closed") from exc
+                    pgconn.consume_input()
+                    while n := pgconn.notifies():
+                        if handler:
+                            handler(n)
+                        received.append((n.relname.decode(enc), n.extra.decode(enc)))
+                    if received:
+                        return received
+            finally:
+                self._notifies_backlog = backlog
+        finally:
+            lock.release()
+
+    async def deallocate_all(self) -> None:
+        """Drop every prepared statement of this connection (psycopg's and the direct
+        path's), as after DDL made them stale."""
+        self._direct_names.clear()
+        await self.execute("DEALLOCATE ALL")
 
     @classmethod
     async def connect(  # type: ignore[override]

@@ -376,26 +376,23 @@ class PostgresExecutor(SharedOperations):
                     # drop the server's prepared statements and retry once (autocommit, so
                     # nothing was written).
                     logger.info("prepared statements went stale; deallocating and retrying")
-                    await conn.execute("DEALLOCATE ALL")
+                    await conn.deallocate_all()
                     return await op(conn)
             finally:
                 await pool.putconn(conn)
 
     # One statement, one way of reading its result: every operation goes through these.
 
-    async def _rows(
-        self, query: str, values: Any = None, *, binary: bool = False, hot: bool = False
-    ) -> list[Any]:
+    async def _rows(self, query: str, values: Any = None, *, binary: bool = False) -> list[Any]:
         """The statement's rows (none for a statement that returns none). ``binary``: binary
-        results, which load timestamps and arrays faster. ``hot``: a frequent statement with
-        a small binary result, run on the connection's kept cursor (see
-        ``AnyioConnection._kept_cursor``)."""
+        results, which load timestamps and arrays faster, read on the connection's direct
+        path (see ``AnyioConnection.execute_direct``): the runtime's frequent statements
+        (claims, inserts, completions) are these."""
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> list[Any]:
-            if hot and isinstance(conn, AnyioConnection):
-                cur = await conn._kept_cursor().execute(query, values)
-            else:
-                cur = await conn.cursor(binary=binary).execute(query, values)
+            if binary and isinstance(conn, AnyioConnection):
+                return await conn.execute_direct(query, values)
+            cur = await conn.cursor(binary=binary).execute(query, values)
             # whether it returned columns, read off the result itself: ``cur.description``
             # builds a Column object per column on every call (most of a claim's overhead)
             res = cur.pgresult
@@ -447,9 +444,7 @@ class PostgresExecutor(SharedOperations):
         row per job and its duplicate flag; a single job without a unique key goes through
         ``one``, the single-row form of ``query``."""
         if len(params) == 1 and params[0].unique_key is None:
-            rows = await self._rows(
-                one, [*leading, *_row_columns(params[0])], binary=True, hot=True
-            )
+            rows = await self._rows(one, [*leading, *_row_columns(params[0])], binary=True)
             if len(rows) != 1:
                 raise DatabaseError(f"insert returned {len(rows)} rows for 1 job")
             return [InsertedJob(job=row_to_job(rows[0]), unique_skipped_as_duplicate=False)]
@@ -528,7 +523,7 @@ class PostgresExecutor(SharedOperations):
         else:
             query = self._q.job_get_available_kinds
             values = (queue, list(kinds), Int8(max_to_lock), by, by, client_id)
-        return rows_to_jobs(await self._rows(query, values, binary=True, hot=True))
+        return rows_to_jobs(await self._rows(query, values, binary=True))
 
     async def job_get_available_limited(
         self,
@@ -601,7 +596,7 @@ class PostgresExecutor(SharedOperations):
         query = (
             q.job_set_state_if_running_many if return_rows else q.job_set_state_if_running_many_lean
         )
-        rows = await self._rows(query, values, binary=True, hot=not return_rows)
+        rows = await self._rows(query, values, binary=True)
         if not return_rows:  # (id, applied, ordinal), only where it did not apply
             return [CompletionResult(id=row[0], applied=False) for row in rows]
         return [

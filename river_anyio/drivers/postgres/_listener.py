@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections import deque
 from typing import TYPE_CHECKING, Any
@@ -82,19 +81,17 @@ class PostgresListener:
             await self._conn.execute(statement.encode(), prepare=False)
 
     async def _receive(self) -> None:
-        """Wait for at least one notification and buffer everything received with it."""
+        """Wait for at least one notification and buffer everything received with it (a
+        wait cancelled for a LISTEN or UNLISTEN receives nothing and is waited again)."""
+        received: list[tuple[str, str]] = []
         with anyio.CancelScope() as scope:
             self._wait_scope = scope
             try:
-                # stop_after=1 lets the generator end by itself after handing over a whole
-                # batch; closing it mid-batch would drop the rest of that batch.
-                async with contextlib.aclosing(self._conn.notifies(stop_after=1)) as gen:
-                    async for n in gen:
-                        self._buffer.append(
-                            Notification(topic=self._topic(n.channel), payload=n.payload)
-                        )
+                received = await self._conn.wait_notifications()
             finally:
                 self._wait_scope = None
+        for channel, payload in received:
+            self._buffer.append(Notification(topic=self._topic(channel), payload=payload))
 
     def _topic(self, channel: str) -> str:
         prefix = self._prefix

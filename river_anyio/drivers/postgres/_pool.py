@@ -190,7 +190,7 @@ class Pool:
             if conn.reset_prepared:
                 # Prepared statements went stale after DDL elsewhere (psycopg clears its
                 # own cache when it sees this command).
-                await conn.execute("DEALLOCATE ALL")
+                await conn.deallocate_all()
                 conn.reset_prepared = False
         except psycopg.Error as exc:
             logger.warning("could not reset a returned connection, closing it: %s", exc)
