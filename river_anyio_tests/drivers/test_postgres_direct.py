@@ -94,3 +94,18 @@ async def test_a_cancelled_statement_is_cancelled_on_the_server(pg_url: str) -> 
             assert await cur.fetchone() == ("idle",)
         assert conn.pgconn.transaction_status == pq.TransactionStatus.IDLE
         assert await conn.execute_direct("SELECT %s::int", (7,)) == [(7,)]
+
+
+@pytest.mark.anyio
+async def test_prepares_no_more_statements_than_prepared_max(pg_url: str) -> None:
+    """Statements beyond psycopg's ``prepared_max`` run unprepared (each with its text), so
+    arbitrary statements cannot fill the server's memory with prepared ones."""
+    async with await AnyioConnection.connect(pg_url) as conn:
+        conn.prepared_max = 2
+        for i in range(4):
+            assert await conn.execute_direct(f"SELECT %s::int + {i}", (1,)) == [(1 + i,)]
+            assert await conn.execute_direct(f"SELECT %s::int + {i}", (2,)) == [(2 + i,)]
+        cur = await conn.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE %s", ("_river_%",)
+        )
+        assert await cur.fetchone() == (2,)

@@ -214,7 +214,7 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         bookkeeping (which costs the client more CPU than the statement's round trip): the
         parameters are adapted by the connection's adapters, the statement is prepared on
         first use (unless ``prepare_threshold`` is None, as behind a pooler without
-        prepared statements), and a cancelled statement is cancelled on the server and
+        prepared statements, or ``prepared_max`` statements are prepared already), and a cancelled statement is cancelled on the server and
         drained, as :meth:`wait` does. Outside a transaction, a prepared statement that
         went missing (``DEALLOCATE`` or ``DISCARD`` run by someone else) is prepared again.
         """
@@ -266,18 +266,22 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         values = tx.dump_sequence(args, [PyFormat.AUTO] * len(args))
         types = tx.types
         formats = tx.formats
-        if self.prepare_threshold is None:
+        key = (query, types)
+        name = self._direct_names.get(key)
+        if (
+            name is None
+            and self.prepare_threshold is not None
+            and (self.prepared_max is None or len(self._direct_names) < self.prepared_max)
+        ):
+            name = f"_river_{next(self._direct_count)}".encode()
+            pgconn.send_prepare(name, sql, param_types=types)
+            self._check_result(await self._result())
+            self._direct_names[key] = name
+        if name is None:  # not prepared: no prepared statements, or as many as psycopg keeps
             pgconn.send_query_params(
                 sql, values, param_types=types, param_formats=formats, result_format=_BINARY
             )
         else:
-            key = (query, types)
-            name = self._direct_names.get(key)
-            if name is None:
-                name = f"_river_{next(self._direct_count)}".encode()
-                pgconn.send_prepare(name, sql, param_types=types)
-                self._check_result(await self._result())
-                self._direct_names[key] = name
             pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_BINARY)
         res = await self._result()
         self._check_result(res)
