@@ -313,8 +313,9 @@ def open_postgres(
     ``schema`` qualifies every River table (None: the connection's ``search_path``).
     ``prepare_threshold`` is psycopg's (None disables prepared statements, as needed behind
     PgBouncer in transaction mode); the runtime's frequent statements (claims, inserts,
-    completions) are prepared on their first run unless it is None. One connection is opened up front so a bad URL or an
-    unreachable server fails here. Arguments are checked before anything is opened.
+    completions) are prepared on their first run unless it is None. One connection is
+    opened up front so a bad URL or an unreachable server fails here. Arguments are checked
+    before anything is opened.
     """
     checked = _validate(
         url, schema, pool_max_size, acquire_timeout, connect_timeout, prepare_threshold

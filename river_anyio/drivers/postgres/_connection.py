@@ -57,7 +57,6 @@ _POLL_MASK = {
 }
 _POLL_READABLE = select.POLLIN | select.POLLERR | select.POLLHUP
 _IDLE = pq.TransactionStatus.IDLE
-_INTRANS = pq.TransactionStatus.INTRANS
 _CONN_OK = pq.ConnStatus.OK
 _BINARY = pq.Format.BINARY
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
@@ -212,11 +211,12 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         It does what a cursor's ``execute`` and ``fetchall`` do for one statement (``%s``
         or ``%(name)s`` placeholders), straight on libpq, without a cursor's per-statement
         bookkeeping (which costs the client more CPU than the statement's round trip): the
-        parameters are adapted by the connection's adapters, the statement is prepared on
-        first use (unless ``prepare_threshold`` is None, as behind a pooler without
-        prepared statements, or ``prepared_max`` statements are prepared already), and a cancelled statement is cancelled on the server and
-        drained, as :meth:`wait` does. Outside a transaction, a prepared statement that
-        went missing (``DEALLOCATE`` or ``DISCARD`` run by someone else) is prepared again.
+        parameters are adapted by the connection's adapters; the statement is prepared on
+        first use, unless ``prepare_threshold`` is None (as behind a pooler without
+        prepared statements) or ``prepared_max`` statements are prepared already; and a
+        cancelled statement is cancelled on the server and drained, as :meth:`wait` does.
+        Outside a transaction, a prepared statement that went missing (``DEALLOCATE`` or
+        ``DISCARD`` run by someone else) is prepared again.
         """
         if self._pipeline is not None or (
             not self.autocommit and self.pgconn.transaction_status == _IDLE
@@ -225,11 +225,7 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
             cur = await self.cursor(binary=True).execute(query, params)
             res = cur.pgresult
             return await cur.fetchall() if res is not None and res.nfields else []
-        lock = self._lock
-        try:
-            lock.acquire_nowait()
-        except anyio.WouldBlock:
-            await lock.acquire()
+        await self._acquire()
         try:
             try:
                 return await self._direct(query, params)
@@ -239,7 +235,14 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
                 self._direct_names.clear()
                 return await self._direct(query, params)
         finally:
-            lock.release()
+            self._lock.release()
+
+    async def _acquire(self) -> None:
+        """Take the connection's lock (psycopg's), without a task switch when it is free."""
+        try:
+            self._lock.acquire_nowait()
+        except anyio.WouldBlock:
+            await self._lock.acquire()
 
     async def _direct(
         self, query: str, params: Sequence[Any] | Mapping[str, Any] | None
@@ -334,11 +337,7 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         What ``notifies(stop_after=1)`` does, read straight off libpq: an idle listening
         connection has nothing in flight, so a cancelled wait leaves it as it was.
         """
-        lock = self._lock
-        try:
-            lock.acquire_nowait()
-        except anyio.WouldBlock:
-            await lock.acquire()
+        await self._acquire()
         try:
             pgconn = self.pgconn
             enc = pgconn._encoding
@@ -368,7 +367,7 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
             finally:
                 self._notifies_backlog = backlog
         finally:
-            lock.release()
+            self._lock.release()
 
     async def deallocate_all(self) -> None:
         """Drop every prepared statement of this connection (psycopg's and the direct
