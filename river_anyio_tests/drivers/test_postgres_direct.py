@@ -109,3 +109,27 @@ async def test_prepares_no_more_statements_than_prepared_max(pg_url: str) -> Non
             "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE %s", ("_river_%",)
         )
         assert await cur.fetchone() == (2,)
+
+
+@pytest.mark.anyio
+async def test_a_statement_is_prepared_anew_as_it_ages(pg_url: str) -> None:
+    """A direct statement is prepared again a quarter of a second after it was first
+    prepared, then at doubling intervals, and the old one is dropped: PostgreSQL settles a
+    prepared statement's generic plan on the table as it was, and a plan made while the table
+    was nearly empty must not outlive the table's growth."""
+    query = "SELECT %s::int + 1"
+    async with await AnyioConnection.connect(pg_url) as conn:
+
+        async def names() -> list[str]:
+            cur = await conn.execute(
+                "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
+                ("%$1::int + 1%",),
+            )
+            return [row[0] for row in await cur.fetchall()]
+
+        assert await conn.execute_direct(query, (1,)) == [(2,)]
+        [first] = await names()
+        with anyio.fail_after(5):
+            while (current := await names()) == [first]:
+                assert await conn.execute_direct(query, (2,)) == [(3,)]
+        assert len(current) == 1 and current != [first]  # the old one was dropped

@@ -62,6 +62,25 @@ _BINARY = pq.Format.BINARY
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
 
+#: A direct statement is prepared anew this long after it was first prepared, then after
+#: twice as long each time, up to ``_REPREPARE_MAX`` (seconds): PostgreSQL settles a prepared
+#: statement's generic plan on the table as it is then, and a plan made while ``river_job`` was
+#: nearly empty (sequential scans) would otherwise last until autovacuum next analyzes it.
+_REPREPARE_FIRST = 0.25
+_REPREPARE_MAX = 60.0
+
+
+class _Prepared:
+    """A direct statement's prepared name, and when to prepare it anew."""
+
+    __slots__ = ("due", "interval", "name")
+
+    def __init__(self, name: bytes, interval: float) -> None:
+        self.name = name
+        self.interval = interval
+        self.due = time.monotonic() + interval
+
+
 # The direct path's statements, converted once: psycopg's placeholders (``%s``, or
 # ``%(name)s`` for parameters given by name) to numbered ones.
 _PLACEHOLDER = re.compile(r"%(\((\w+)\))?(.)")
@@ -199,7 +218,7 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         # the direct path's adaptation (kept: its dumper and loader caches outlive one
         # statement) and its prepared statements, by statement and parameter types
         self._direct_tx: TransformerType | None = None
-        self._direct_names: dict[tuple[str, tuple[int, ...] | None], bytes] = {}
+        self._direct_names: dict[tuple[str, tuple[int, ...] | None], _Prepared] = {}
         self._direct_count = itertools.count()
 
     async def execute_direct(
@@ -270,16 +289,19 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         types = tx.types
         formats = tx.formats
         key = (query, types)
-        name = self._direct_names.get(key)
-        if (
-            name is None
-            and self.prepare_threshold is not None
-            and (self.prepared_max is None or len(self._direct_names) < self.prepared_max)
+        name: bytes | None = None
+        prepared = self._direct_names.get(key)
+        if prepared is not None:
+            name = prepared.name
+            if prepared.due <= time.monotonic() and pgconn.transaction_status == _IDLE:
+                name = await self._direct_prepare(
+                    key, sql, types, min(2 * prepared.interval, _REPREPARE_MAX)
+                )
+                await self._direct_deallocate(prepared.name)
+        elif self.prepare_threshold is not None and (
+            self.prepared_max is None or len(self._direct_names) < self.prepared_max
         ):
-            name = f"_river_{next(self._direct_count)}".encode()
-            pgconn.send_prepare(name, sql, param_types=types)
-            self._check_result(await self._result())
-            self._direct_names[key] = name
+            name = await self._direct_prepare(key, sql, types, _REPREPARE_FIRST)
         if name is None:  # not prepared: no prepared statements, or as many as psycopg keeps
             pgconn.send_query_params(
                 sql, values, param_types=types, param_formats=formats, result_format=_BINARY
@@ -294,6 +316,26 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         rows: list[tuple[Any, ...]] = tx.load_rows(0, res.ntuples, tuple)
         tx.set_pgresult(None, set_loaders=False)  # not kept until the next statement
         return rows
+
+    async def _direct_prepare(
+        self,
+        key: tuple[str, tuple[int, ...] | None],
+        sql: bytes,
+        types: Sequence[int] | None,
+        interval: float,
+    ) -> bytes:
+        """Prepare ``sql`` under a new name, to be prepared anew after ``interval``."""
+        name = f"_river_{next(self._direct_count)}".encode()
+        self.pgconn.send_prepare(name, sql, param_types=types)
+        self._check_result(await self._result())
+        self._direct_names[key] = _Prepared(name, interval)
+        return name
+
+    async def _direct_deallocate(self, name: bytes) -> None:
+        """Drop a direct statement prepared anew (outside a transaction: a failure, such as
+        the statement being gone already, changes nothing)."""
+        self.pgconn.send_query_params(b"DEALLOCATE " + name, None)
+        await self._result()
 
     async def _result(self) -> pq.abc.PGresult:
         """The result of the statement just sent (psycopg's ``execute`` generator, with
