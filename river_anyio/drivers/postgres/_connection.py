@@ -10,6 +10,7 @@ the connection and leaving the query running.
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import logging
 import re
@@ -81,19 +82,16 @@ class _Prepared:
         self.due = time.monotonic() + interval
 
 
-# The direct path's statements, converted once: psycopg's placeholders (``%s``, or
-# ``%(name)s`` for parameters given by name) to numbered ones.
+# The direct path's placeholders: psycopg's (``%s``, or ``%(name)s`` for parameters given by
+# name), numbered once per statement text.
 _PLACEHOLDER = re.compile(r"%(\((\w+)\))?(.)")
-_direct_sql: dict[str, tuple[bytes, tuple[str, ...] | None]] = {}
 
 
+@functools.lru_cache(maxsize=256)
 def _numbered(query: str) -> tuple[bytes, tuple[str, ...] | None]:
     """``query`` with numbered placeholders (``$1``, ``$2``...; ``%%`` as ``%``), and the
     names of its parameters in their order when they are named (a name used twice is one
     parameter, as psycopg binds it)."""
-    found = _direct_sql.get(query)
-    if found is not None:
-        return found
     names: dict[str, int] = {}
     positional = 0
 
@@ -112,8 +110,7 @@ def _numbered(query: str) -> tuple[bytes, tuple[str, ...] | None]:
     sql = _PLACEHOLDER.sub(number, query)
     if names and positional:
         raise ValueError("a statement mixes named and positional placeholders")
-    found = _direct_sql[query] = (sql.encode(), tuple(names) if names else None)
-    return found
+    return sql.encode(), tuple(names) if names else None
 
 
 def _poll_now(fd: int, wait: int) -> int:
