@@ -171,7 +171,7 @@ class WorkContext:
         # created on first use: most jobs need neither (this is the per-job hot path)
         self._cancelled: threading.Event | None = None
         self._logger: logging.LoggerAdapter[logging.Logger] | None = None
-        self._metadata_updates: dict[str, Any] = {}
+        self._metadata_updates: dict[str, Any] | None = None
         self._output: bytes | None = None  # encoded, see record_output
         self._completed_tx = False
         self._resumable: ResumableState | None = None
@@ -214,6 +214,8 @@ class WorkContext:
             json.dumps(value, allow_nan=False)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"metadata value for {key!r} is not JSON-encodable: {exc}") from None
+        if self._metadata_updates is None:
+            self._metadata_updates = {}
         self._metadata_updates[key] = value
 
     # --- output, and completion in the worker's own transaction -------------------------------
@@ -228,7 +230,8 @@ class WorkContext:
     def metadata_updates_json(self, extra: Mapping[str, Any] | None = None) -> bytes | None:
         """The staged metadata updates (and ``extra``, and the output) as one JSON object, or
         None when there are none."""
-        updates = {**self._metadata_updates, **extra} if extra else self._metadata_updates
+        own = self._metadata_updates or {}
+        updates = {**own, **extra} if extra else own
         if not updates and self._output is None:
             return None
         encoded = json.dumps(updates, separators=(",", ":"), allow_nan=False).encode()

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Any
 from ._util import REMOTE_CANCEL_REASON
 
 if TYPE_CHECKING:
-    import datetime as dt
-
     import anyio
 
     from .._job import JobRow
@@ -51,8 +49,9 @@ class Attempt:
         "timeout",
     )
 
-    # set when it begins (by the job runner)
-    start: dt.datetime
+    # set when it begins (by the job runner); ``start`` on the client's clock, in seconds
+    # since the epoch (a datetime only when needed: building one per job costs)
+    start: float
     started: float
     reg: Registration | None
     result: Any

@@ -83,9 +83,9 @@ class Finished:
     kind: EventKind
     #: the recorded error's text, for events
     message: str | None
-    #: the attempt's start on the client's clock, and its start and end on the monotonic one
-    #: (the timings are only worked out for events)
-    start: dt.datetime
+    #: the attempt's start on the client's clock (seconds since the epoch), and its start
+    #: and end on the monotonic one (the timings are only worked out for events)
+    start: float
     started: float
     finished_at: float = attrs.field(factory=time.monotonic)
     #: the worker completed the job in its own transaction (``ctx.complete_tx``): the row
@@ -101,7 +101,8 @@ class Finished:
     @property
     def queue_wait(self) -> dt.timedelta:
         """From the job's ``scheduled_at`` to the attempt's start (never negative)."""
-        return max(self.start - self.row.scheduled_at, dt.timedelta(0))
+        start = dt.datetime.fromtimestamp(self.start, dt.UTC)
+        return max(start - self.row.scheduled_at, dt.timedelta(0))
 
     @property
     def run_time(self) -> dt.timedelta:

@@ -7,8 +7,10 @@ request. Workers wake one another in a chain, so jobs that wait still run concur
 jobs that never wait run back to back on one worker, and each worker keeps one cancel scope
 across its jobs until a cancellation spends it. A remote cancel, a job's timeout and the
 client's stop set the attempt's reason and cancel its scope; timeouts come from one watchdog
-task sleeping until the earliest deadline of a heap (entries of finished attempts are skipped,
-and pruned once they outnumber the running ones).
+task that sleeps until the earliest deadline it knows of, then looks at each worker's current
+attempt (a job beginning with an earlier deadline wakes it). Nothing is kept per job: with
+one timeout for every job, each deadline is later than the ones before it, so the watchdog
+wakes about once per timeout however many jobs run.
 
 Shutdown: :meth:`WorkerPool.close` says no more rows come; the workers finish what is ready
 and leave, and :meth:`WorkerPool.run` returns. Cancellation (a stop timeout, stop-and-cancel)
@@ -18,7 +20,6 @@ given back.
 
 from __future__ import annotations
 
-import heapq
 import math
 from collections import deque
 from collections.abc import Callable
@@ -38,17 +39,17 @@ if TYPE_CHECKING:
 
 __all__ = ["WorkerPool"]
 
-#: Stale heap entries tolerated before a prune, beyond twice the running attempts.
-_PRUNE_SLACK = 64
-
 
 class _Slot:
-    """An idle worker's wake-up."""
+    """A worker: its wake-up when idle, and its current attempt's deadline."""
 
-    __slots__ = ("wake",)
+    __slots__ = ("attempt", "deadline", "wake")
 
     def __init__(self) -> None:
         self.wake = anyio.Event()
+        #: the attempt begun last (possibly finished since) and its deadline
+        self.attempt: Attempt | None = None
+        self.deadline = math.inf
 
 
 class WorkerPool:
@@ -74,6 +75,8 @@ class WorkerPool:
         #: attempts claimed and not begun, in claim order
         self._ready: deque[Attempt] = deque()
         self._idle: list[_Slot] = []
+        #: every worker, for the timeout watchdog
+        self._slots: set[_Slot] = set()
         #: workers running or asked for
         self._workers = 0
         #: workers asked for that the owner task has not spawned yet
@@ -82,9 +85,7 @@ class WorkerPool:
         self._on_its_way = 0
         self._spawn = Wakeup()
         self._closed = anyio.Event()
-        # job deadlines: (deadline, id, attempt), the earliest first
-        self._deadlines: list[tuple[float, int, Attempt]] = []
-        self._prune_at = _PRUNE_SLACK
+        #: when the watchdog wakes next
         self._watch_at = math.inf
         self._watch_wake = Wakeup()
         #: a finished job leaving at most this many attempts calls ``on_low_water`` and
@@ -192,8 +193,9 @@ class WorkerPool:
         begin = runner.begin
         run = runner.run
         end = runner.end
-        deadlines = self._deadlines
+        end_nowait = runner.end_nowait
         slot = _Slot()
+        self._slots.add(slot)
         self._on_its_way = 0
         try:
             while True:
@@ -217,19 +219,17 @@ class WorkerPool:
                                 self._kick()
                             begin(attempt)
                             if attempt.job is not None:
-                                if attempt.timeout is not None:
-                                    deadline = attempt.deadline
-                                    heapq.heappush(deadlines, (deadline, id(attempt), attempt))
-                                    if deadline < self._watch_at:
-                                        self._watch_at = deadline
-                                        self._watch_wake.set()
-                                    elif len(deadlines) > self._prune_at:
-                                        self._prune()
+                                slot.attempt = attempt
+                                deadline = slot.deadline = attempt.deadline  # inf: none
+                                if deadline < self._watch_at:
+                                    self._watch_at = deadline
+                                    self._watch_wake.set()
                                 if await run(attempt, scope):
                                     break  # the scope is spent: conclude the job outside it
                             done, attempt = attempt, None
                             try:
-                                await end(done)
+                                if not end_nowait(done):
+                                    await end(done)
                             finally:
                                 del attempts[done.row.id]
                                 self.finished += 1
@@ -253,6 +253,7 @@ class WorkerPool:
                         self._done(attempt)
         finally:
             self._workers -= 1
+            self._slots.discard(slot)
             if slot in idle:
                 idle.remove(slot)
             if not self._workers:
@@ -271,25 +272,25 @@ class WorkerPool:
 
     # --- timeouts -------------------------------------------------------------------------
 
-    def _prune(self) -> None:
-        """Drop the heap entries of attempts no longer running."""
-        live = [entry for entry in self._deadlines if entry[2].scope is not None]
-        heapq.heapify(live)
-        self._deadlines[:] = live
-        self._prune_at = 2 * len(live) + _PRUNE_SLACK
-
     async def _watch_deadlines(self) -> None:
-        """Cancel each running attempt whose deadline has passed; sleep until the earliest."""
-        deadlines = self._deadlines
+        """Cancel each running attempt whose deadline has passed; sleep until the earliest
+        deadline of the workers' latest attempts (or until woken for an earlier one)."""
+        slots = self._slots
         while True:
             now = anyio.current_time()
-            while deadlines and deadlines[0][0] <= now:
-                attempt = heapq.heappop(deadlines)[2]
-                if attempt.scope is not None:
-                    attempt.reason = CancelReason.TIMEOUT
-                    attempt.scope.cancel(CancelReason.TIMEOUT.value)
-            while deadlines and deadlines[0][2].scope is None:  # finished already
-                heapq.heappop(deadlines)
-            self._watch_at = deadlines[0][0] if deadlines else math.inf
-            with anyio.CancelScope(deadline=self._watch_at):
+            earliest = math.inf
+            for slot in slots:
+                deadline = slot.deadline
+                if deadline <= now:
+                    attempt = slot.attempt
+                    slot.deadline = math.inf
+                    if attempt is not None and attempt.scope is not None:
+                        attempt.reason = CancelReason.TIMEOUT
+                        attempt.scope.cancel(CancelReason.TIMEOUT.value)
+                elif deadline < earliest:
+                    # a finished attempt's too: cleared when it passes, it costs one wake-up,
+                    # while leaving it out would have every job begun wake the watchdog
+                    earliest = deadline
+            self._watch_at = earliest
+            with anyio.CancelScope(deadline=earliest):
                 await self._watch_wake.wait()

@@ -52,6 +52,7 @@ from .._work import (
     _Unset,
 )
 from ._attempt import Attempt, CancelReason
+from ._clock import SystemClock
 from ._completer import Finished
 from ._util import REMOTE_CANCEL_REASON, loop_clock
 
@@ -144,6 +145,11 @@ class JobRunner:
         self._near_future = dt.timedelta(seconds=config.maintenance.scheduler_interval)
         self._loop_time: Callable[[], float] | None = None
         self._now = clock.now
+        #: the attempt's start, in seconds since the epoch: the system clock's without
+        #: building a datetime
+        self._start_time: Callable[[], float] = (
+            time.time if isinstance(clock, SystemClock) else lambda: clock.now().timestamp()
+        )
         #: no hooks or middleware to wrap workers in
         self._plain = not config.hooks and not config.middleware
         # args class -> its cattrs structure hook, looked up once
@@ -153,7 +159,7 @@ class JobRunner:
         """Begin an attempt: look up the worker and decode the args. The attempt is ready to
         :meth:`run` when ``attempt.job`` is set; otherwise its result is already decided."""
         row = attempt.row
-        attempt.start = self._now()
+        attempt.start = self._start_time()
         attempt.started = time.monotonic()
         reg = attempt.reg = self._config.workers.get(row.kind)
         if reg is None:
@@ -209,6 +215,43 @@ class JobRunner:
                 ctx.cancelled.set()
         return attempt.reason is not None
 
+    def end_nowait(self, attempt: Attempt) -> bool:
+        """Conclude a clean success without awaiting anything (the common case): True when
+        its result went to the completer; False leaves the attempt to :meth:`end`."""
+        ctx = attempt.ctx
+        if (
+            attempt.result is not None
+            or ctx is None
+            or ctx._resumable is not None
+            or ctx._metadata_updates
+            or ctx._output is not None
+            or ctx._completed_tx
+            or has_progress(attempt.row.metadata)
+        ):
+            return False
+        row = attempt.row
+        # positional, in Finished's field order
+        return self._offer(
+            _make_finished(
+                row.id,
+                row.attempt,
+                JobState.COMPLETED,
+                self._now(),
+                None,
+                None,
+                None,
+                None,
+                row,
+                EventKind.JOB_COMPLETED,
+                None,
+                attempt.start,
+                attempt.started,
+                time.monotonic(),
+                False,
+                None,
+            )
+        )
+
     async def end(self, attempt: Attempt) -> None:
         """Decide the attempt's outcome and hand it to the completer (interrupted when the
         client cancels this meanwhile)."""
@@ -219,7 +262,7 @@ class JobRunner:
             and ctx._resumable is None
             and not has_progress(attempt.row.metadata)
         ):
-            # a clean success (the common case): nothing to await but a full completer
+            # a clean success: nothing to await but a full completer
             finished = self._finish(
                 attempt.row, attempt.reg, attempt.job, None, attempt.start, attempt.started, ctx
             )
@@ -268,7 +311,7 @@ class JobRunner:
 
     async def give_back(self, row: JobRow) -> None:
         """A claimed job that never started (the client stopped): back to ``available``."""
-        await self._hand_off(self._interrupted(row, self._clock.now(), time.monotonic()))
+        await self._hand_off(self._interrupted(row, self._start_time(), time.monotonic()))
 
     def _offer(self, finished: Finished) -> bool:
         """Give a result to the completer if it can take it now."""
@@ -407,7 +450,7 @@ class JobRunner:
         reg: Registration | None,
         job: Job[Any] | None,
         result: Any,
-        start: dt.datetime,
+        start: float,
         started: float,
         ctx: WorkContext | None,
     ) -> Finished:
@@ -449,7 +492,7 @@ class JobRunner:
             error_text = text[:MAX_ERROR_TEXT]
             return json.dumps(
                 {
-                    "at": format_rfc3339nano(start),
+                    "at": format_rfc3339nano(dt.datetime.fromtimestamp(start, dt.UTC)),
                     "attempt": row.attempt,
                     "error": error_text,
                     "trace": _trace_text(exc) if trace and not isinstance(exc, str) else "",
@@ -589,7 +632,7 @@ class JobRunner:
             nxt = _default_policy.next_retry(row, now)
         return nxt
 
-    def _interrupted(self, row: JobRow, start: dt.datetime, started: float) -> Finished:
+    def _interrupted(self, row: JobRow, start: float, started: float) -> Finished:
         now = self._clock.now()
         return Finished(
             id=row.id,
@@ -628,7 +671,7 @@ def _resumable_outcome(ctx: WorkContext, result: Any) -> Any:
         if err is not None:
             result = _Failure(err, trace=not isinstance(err, ResumableStepError))
     if result is not None:
-        ctx._metadata_updates.update(state.progress_updates())
+        ctx._metadata_updates = {**(ctx._metadata_updates or {}), **state.progress_updates()}
     return result
 
 

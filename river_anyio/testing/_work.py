@@ -19,6 +19,7 @@ from .._errors import ConfigError
 from .._events import EventKind
 from .._insert import args_kind, build_insert_params
 from .._job import MAX_ATTEMPTS_DEFAULT, AttemptError, InsertOpts, JobRow, JobState
+from .._runtime._attempt import Attempt
 from .._runtime._clock import Clock, SystemClock
 from .._runtime._completer import Finished
 from .._runtime._pool import WorkerPool
@@ -152,13 +153,16 @@ class _RecordingRunner(JobRunner):
 
     recorded: Any = None
 
+    def end_nowait(self, attempt: Attempt) -> bool:
+        return False  # every attempt through ``_finish``, where its result is recorded
+
     def _finish(
         self,
         row: JobRow,
         reg: Registration | None,
         job: Job[Any] | None,
         result: Any,
-        start: dt.datetime,
+        start: float,
         started: float,
         ctx: WorkContext | None,
     ) -> Finished:

@@ -35,7 +35,7 @@ def completed(row: JobRow) -> Finished:
         row=row,
         kind=EventKind.JOB_COMPLETED,
         message=None,
-        start=now,
+        start=now.timestamp(),
         started=time.monotonic(),
     )
 

@@ -35,7 +35,7 @@ def test_completion_round_trips() -> None:
         row=None,  # type: ignore[arg-type]
         kind=EventKind.JOB_FAILED,
         message="x",
-        start=at,
+        start=at.timestamp(),
         started=0.0,
     )
     assert finished.completion == JobCompletion(**values)

@@ -5,7 +5,6 @@ set only while its work runs); the real one runs under the pool in every client 
 
 from __future__ import annotations
 
-import datetime as dt
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, cast
@@ -21,6 +20,8 @@ from river_anyio._runtime._pacing import NO_LOW_WATER
 from river_anyio._runtime._pool import WorkerPool
 from river_anyio._runtime._runner import JobRunner
 from river_anyio.testing import build_job
+
+from .lifecycle_support import wait_until
 
 pytestmark = pytest.mark.anyio
 
@@ -39,10 +40,15 @@ class StandInRunner:
     """Runs ``work(attempt)`` as the attempt's job, with an optional timeout."""
 
     def __init__(
-        self, work: Callable[[Attempt], Awaitable[None]], timeout: float | None = None
+        self,
+        work: Callable[[Attempt], Awaitable[None]],
+        timeout: float | None = None,
+        timeouts: dict[int, float | None] | None = None,
     ) -> None:
         self.work = work
         self.timeout = timeout
+        #: per job id, instead of ``timeout``
+        self.timeouts = timeouts or {}
         self.running = 0
         self.most_running = 0
         self.ended: list[tuple[int, CancelReason | None]] = []
@@ -50,12 +56,12 @@ class StandInRunner:
         self.given_back: list[int] = []
 
     def begin(self, attempt: Attempt) -> None:
-        attempt.start = dt.datetime.now(dt.UTC)
+        attempt.start = time.time()
         attempt.started = time.monotonic()
         attempt.job = cast(Any, attempt.row)
-        attempt.timeout = self.timeout
-        if self.timeout is not None:
-            attempt.deadline = anyio.current_time() + self.timeout
+        timeout = attempt.timeout = self.timeouts.get(attempt.row.id, self.timeout)
+        if timeout is not None:
+            attempt.deadline = anyio.current_time() + timeout
 
     async def run(self, attempt: Attempt, scope: anyio.CancelScope) -> bool:
         attempt.scope = scope
@@ -67,6 +73,9 @@ class StandInRunner:
             self.running -= 1
             attempt.scope = None
         return attempt.reason is not None
+
+    def end_nowait(self, attempt: Attempt) -> bool:
+        return False  # every attempt concluded by end()
 
     async def end(self, attempt: Attempt) -> None:
         self.ended.append((attempt.row.id, attempt.reason))
@@ -167,6 +176,50 @@ async def test_many_finished_deadlines_do_not_delay_a_later_timeout() -> None:
             pool.close()
     assert runner.ended[-1] == (1000, CancelReason.TIMEOUT)
     assert len(runner.ended) == 1000
+
+
+async def test_a_job_with_an_earlier_deadline_wakes_the_watchdog() -> None:
+    """The watchdog sleeps until the earliest deadline it knows of: a job beginning later
+    with a shorter timeout still times out on time."""
+
+    first_started = anyio.Event()
+
+    async def hangs(attempt: Attempt) -> None:
+        first_started.set()
+        await anyio.sleep_forever()
+
+    runner = StandInRunner(hangs, timeouts={1: 60.0, 2: 0.1})
+    pool = pool_of(runner, 2)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(1))
+            await first_started.wait()  # the watchdog now sleeps until job 1's deadline
+            pool.dispatch(rows(2)[1:])
+            await wait_until(lambda: bool(runner.ended))
+            tg.cancel_scope.cancel("test over")
+    assert runner.ended == [(2, CancelReason.TIMEOUT)]
+
+
+async def test_a_finished_jobs_deadline_spares_the_next_job() -> None:
+    """A worker's next job (without a timeout) outlives the deadline of the job it ran before
+    and is not cancelled when that deadline passes."""
+    first_deadline: list[float] = []
+
+    async def work(attempt: Attempt) -> None:
+        if attempt.row.id == 1:
+            first_deadline.append(attempt.deadline)
+        else:  # run past the first job's deadline
+            await anyio.sleep_until(first_deadline[0] + 0.1)
+
+    runner = StandInRunner(work, timeouts={1: 0.05, 2: None})
+    pool = pool_of(runner, 1)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(2))
+            pool.close()
+    assert runner.ended == [(1, None), (2, None)]
 
 
 async def test_the_low_water_mark_calls_back_until_lowered() -> None:

@@ -76,12 +76,10 @@ def rows_to_jobs(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
     per-call overhead dominates for River's small documents)."""
     if not rows:
         return []
-    parts: list[str] = []
-    for r in rows:
-        parts.append(r[1])
-        parts.append(r[10])
-    values = _json_decode("[" + ",".join(parts) + "]")
-    return [_job(r, values[2 * i], values[2 * i + 1]) for i, r in enumerate(rows)]
+    # empty metadata (the usual case) is not decoded: a new dict each
+    parts = [r[1] if r[10] == "{}" else f"{r[1]},{r[10]}" for r in rows]
+    values = iter(_json_decode("[" + ",".join(parts) + "]"))
+    return [_job(r, next(values), {} if r[10] == "{}" else next(values)) for r in rows]
 
 
 def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
