@@ -113,6 +113,28 @@ _make_job = positional_constructor(Job)
 _make_finished = positional_constructor(Finished)
 
 
+def _completed(row: JobRow, now: dt.datetime, start: float, started: float) -> Finished:
+    """A clean success's result (the common case; positional, in Finished's field order)."""
+    return _make_finished(
+        row.id,
+        row.attempt,
+        JobState.COMPLETED,
+        now,
+        None,
+        None,
+        None,
+        None,
+        row,
+        EventKind.JOB_COMPLETED,
+        None,
+        start,
+        started,
+        time.monotonic(),
+        False,
+        None,
+    )
+
+
 class _Failure:
     __slots__ = ("exc", "trace")
 
@@ -229,28 +251,7 @@ class JobRunner:
             or has_progress(attempt.row.metadata)
         ):
             return False
-        row = attempt.row
-        # positional, in Finished's field order
-        return self._offer(
-            _make_finished(
-                row.id,
-                row.attempt,
-                JobState.COMPLETED,
-                self._now(),
-                None,
-                None,
-                None,
-                None,
-                row,
-                EventKind.JOB_COMPLETED,
-                None,
-                attempt.start,
-                attempt.started,
-                time.monotonic(),
-                False,
-                None,
-            )
-        )
+        return self._offer(_completed(attempt.row, self._now(), attempt.start, attempt.started))
 
     async def end(self, attempt: Attempt) -> None:
         """Decide the attempt's outcome and hand it to the completer (interrupted when the
@@ -459,26 +460,7 @@ class JobRunner:
             ctx is None
             or not (ctx._metadata_updates or ctx._output is not None or ctx._completed_tx)
         ):
-            # the common case, without the general path's bookkeeping (positional, in
-            # Finished's field order)
-            return _make_finished(
-                row.id,
-                row.attempt,
-                JobState.COMPLETED,
-                now,
-                None,
-                None,
-                None,
-                None,
-                row,
-                EventKind.JOB_COMPLETED,
-                None,
-                start,
-                started,
-                time.monotonic(),
-                False,
-                None,
-            )
+            return _completed(row, now, start, started)  # without the general bookkeeping
         meta: dict[str, Any] = {}
         error_text: str | None = None
         kind = EventKind.JOB_COMPLETED
