@@ -133,3 +133,26 @@ async def test_a_statement_is_prepared_anew_as_it_ages(pg_url: str) -> None:
             while (current := await names()) == [first]:
                 assert await conn.execute_direct(query, (2,)) == [(3,)]
         assert len(current) == 1 and current != [first]  # the old one was dropped
+
+
+@pytest.mark.anyio
+async def test_only_the_missing_statement_is_prepared_again(pg_url: str) -> None:
+    """After ``DEALLOCATE ALL`` behind the direct path's back, each statement is prepared
+    again when it next runs, and one prepared since is kept: no statement is prepared twice
+    (a forgotten one would stay on the server until the connection closes)."""
+    first, second = "SELECT %s::int + 10", "SELECT %s::int + 20"
+    async with await AnyioConnection.connect(pg_url) as conn:
+
+        async def prepared() -> list[str]:
+            cur = await conn.execute(
+                "SELECT statement FROM pg_prepared_statements WHERE name LIKE %s ORDER BY 1",
+                ("_river_%",),
+            )
+            return [row[0] for row in await cur.fetchall()]
+
+        assert await conn.execute_direct(second, (1,)) == [(21,)]
+        await conn.execute("DEALLOCATE ALL")
+        assert await conn.execute_direct(first, (1,)) == [(11,)]  # prepared since
+        assert await conn.execute_direct(second, (2,)) == [(22,)]  # missing: prepared again
+        assert await conn.execute_direct(first, (2,)) == [(12,)]  # still prepared
+        assert await prepared() == ["SELECT $1::int + 10", "SELECT $1::int + 20"]

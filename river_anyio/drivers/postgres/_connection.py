@@ -62,6 +62,10 @@ _CONN_OK = pq.ConnStatus.OK
 _BINARY = pq.Format.BINARY
 _TUPLES_OK = pq.ExecStatus.TUPLES_OK
 _COMMAND_OK = pq.ExecStatus.COMMAND_OK
+_FATAL_ERROR = pq.ExecStatus.FATAL_ERROR
+_SQLSTATE = pq.DiagnosticField.SQLSTATE
+#: invalid_sql_statement_name: the prepared statement does not exist
+_UNDEFINED_PREPARED = b"26000"
 
 #: A direct statement is prepared anew this long after it was first prepared, then after
 #: twice as long each time, up to ``_REPREPARE_MAX`` (seconds): PostgreSQL settles a prepared
@@ -243,13 +247,7 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
             return await cur.fetchall() if res is not None and res.nfields else []
         await self._acquire()
         try:
-            try:
-                return await self._direct(query, params)
-            except pg_errors.InvalidSqlStatementName:
-                if self.pgconn.transaction_status != _IDLE or not self._direct_names:
-                    raise
-                self._direct_names.clear()
-                return await self._direct(query, params)
+            return await self._direct(query, params)
         finally:
             self._lock.release()
 
@@ -261,7 +259,11 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
             await self._lock.acquire()
 
     async def _direct(
-        self, query: str, params: Sequence[Any] | Mapping[str, Any] | None
+        self,
+        query: str,
+        params: Sequence[Any] | Mapping[str, Any] | None,
+        *,
+        again: bool = True,
     ) -> list[tuple[Any, ...]]:
         pgconn = self.pgconn
         if pgconn.status != _CONN_OK:
@@ -306,6 +308,17 @@ class AnyioConnection(psycopg.AsyncConnection[TupleRow]):
         else:
             pgconn.send_query_prepared(name, values, param_formats=formats, result_format=_BINARY)
         res = await self._result()
+        if (
+            name is not None
+            and again
+            and res.status == _FATAL_ERROR
+            and res.error_field(_SQLSTATE) == _UNDEFINED_PREPARED
+            and pgconn.transaction_status == _IDLE
+        ):
+            # dropped behind our back (DEALLOCATE, a pooler's DISCARD): forget this one only
+            # (others may have been prepared since) and prepare it anew
+            self._direct_names.pop(key, None)
+            return await self._direct(query, params, again=False)
         self._check_result(res)
         if not res.nfields:
             return []
