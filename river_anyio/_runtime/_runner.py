@@ -19,6 +19,7 @@ An attempt ends in exactly one completion handed to the completer:
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import inspect
 import json
 import logging
@@ -166,11 +167,15 @@ class JobRunner:
         #: scheduler would make them available no later than that anyway
         self._near_future = dt.timedelta(seconds=config.maintenance.scheduler_interval)
         self._loop_time: Callable[[], float] | None = None
-        self._now = clock.now
+        system = type(clock) is SystemClock  # not a subclass with its own now()
+        #: the clock's time (the system clock's read without a Python call of its own)
+        self._now: Callable[[], dt.datetime] = (
+            functools.partial(dt.datetime.now, dt.UTC) if system else clock.now
+        )
         #: the attempt's start, in seconds since the epoch: the system clock's without
         #: building a datetime
         self._start_time: Callable[[], float] = (
-            time.time if isinstance(clock, SystemClock) else lambda: clock.now().timestamp()
+            time.time if system else lambda: clock.now().timestamp()
         )
         #: no hooks or middleware to wrap workers in
         self._plain = not config.hooks and not config.middleware
