@@ -16,6 +16,15 @@ from river_anyio.drivers.postgres._connection import _numbered
 UTC = dt.UTC
 
 
+async def direct_statements(conn: AnyioConnection) -> list[tuple[str, str]]:
+    """The direct path's prepared statements on the server: (name, statement), by statement."""
+    cur = await conn.execute(
+        "SELECT name, statement FROM pg_prepared_statements WHERE name LIKE %s ORDER BY 2, 1",
+        ("_river_%",),
+    )
+    return [(row[0], row[1]) for row in await cur.fetchall()]
+
+
 def test_placeholders_are_numbered_as_psycopg_binds_them() -> None:
     assert _numbered("SELECT %s, %s, 100%%") == (b"SELECT $1, $2, 100%", None)
     assert _numbered("SELECT %(a)s, %(b)s, %(a)s") == (b"SELECT $1, $2, $1", ("a", "b"))
@@ -105,10 +114,7 @@ async def test_prepares_no_more_statements_than_prepared_max(pg_url: str) -> Non
         for i in range(4):
             assert await conn.execute_direct(f"SELECT %s::int + {i}", (1,)) == [(1 + i,)]
             assert await conn.execute_direct(f"SELECT %s::int + {i}", (2,)) == [(2 + i,)]
-        cur = await conn.execute(
-            "SELECT count(*) FROM pg_prepared_statements WHERE name LIKE %s", ("_river_%",)
-        )
-        assert await cur.fetchone() == (2,)
+        assert len(await direct_statements(conn)) == 2
 
 
 @pytest.mark.anyio
@@ -121,11 +127,7 @@ async def test_a_statement_is_prepared_anew_as_it_ages(pg_url: str) -> None:
     async with await AnyioConnection.connect(pg_url) as conn:
 
         async def names() -> list[str]:
-            cur = await conn.execute(
-                "SELECT name FROM pg_prepared_statements WHERE statement LIKE %s",
-                ("%$1::int + 1%",),
-            )
-            return [row[0] for row in await cur.fetchall()]
+            return [n for n, text in await direct_statements(conn) if text == "SELECT $1::int + 1"]
 
         assert await conn.execute_direct(query, (1,)) == [(2,)]
         [first] = await names()
@@ -142,17 +144,12 @@ async def test_only_the_missing_statement_is_prepared_again(pg_url: str) -> None
     (a forgotten one would stay on the server until the connection closes)."""
     first, second = "SELECT %s::int + 10", "SELECT %s::int + 20"
     async with await AnyioConnection.connect(pg_url) as conn:
-
-        async def prepared() -> list[str]:
-            cur = await conn.execute(
-                "SELECT statement FROM pg_prepared_statements WHERE name LIKE %s ORDER BY 1",
-                ("_river_%",),
-            )
-            return [row[0] for row in await cur.fetchall()]
-
         assert await conn.execute_direct(second, (1,)) == [(21,)]
         await conn.execute("DEALLOCATE ALL")
         assert await conn.execute_direct(first, (1,)) == [(11,)]  # prepared since
         assert await conn.execute_direct(second, (2,)) == [(22,)]  # missing: prepared again
         assert await conn.execute_direct(first, (2,)) == [(12,)]  # still prepared
-        assert await prepared() == ["SELECT $1::int + 10", "SELECT $1::int + 20"]
+        assert [text for _, text in await direct_statements(conn)] == [
+            "SELECT $1::int + 10",
+            "SELECT $1::int + 20",
+        ]
