@@ -22,3 +22,14 @@ def test_claimed_rows_follow_the_claims_columns() -> None:
     assert [job.id for job in jobs] == [7, 8, 9]
     assert [job.args for job in jobs] == [{"n": 7}, {"n": 8}, {"n": 9}]
     assert all(job.state is river.JobState.RUNNING for job in jobs)
+
+
+@pytest.mark.parametrize("flag", ["--rounds", "--batch"])
+@pytest.mark.parametrize("value", ["0", "-3", "x"])
+def test_the_pipeline_aid_refuses_nonsense_counts(
+    flag: str, value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        pipeline.main([flag, value])
+    assert exit_.value.code == 2
+    assert flag in capsys.readouterr().err

@@ -119,12 +119,22 @@ async def run(rounds: int, batch: int) -> float:
     return cpu / total
 
 
-def main() -> None:
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
+    return value
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--loop", choices=["asyncio", "trio"], default="asyncio")
-    parser.add_argument("--rounds", type=int, default=200)
-    parser.add_argument("--batch", type=int, default=100)
-    args = parser.parse_args()
+    parser.add_argument("--rounds", type=_positive, default=200, help="claims to time")
+    parser.add_argument("--batch", type=_positive, default=100, help="rows a claim")
+    args = parser.parse_args(argv)
     per_job = anyio.run(run, args.rounds, args.batch, backend=args.loop)
     print(f"{args.loop}: {per_job * 1e6:.2f} µs of CPU per job ({args.rounds} × {args.batch})")
 
