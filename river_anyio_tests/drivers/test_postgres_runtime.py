@@ -369,3 +369,30 @@ async def test_the_direct_path_prepares_nothing_without_prepared_statements(pg_u
             )
             rows = await tx.fetch_all("SELECT count(*) FROM pg_prepared_statements")
             assert rows[0][0] == 0
+
+
+async def test_claims_leave_gin_pending_list_merges_to_other_statements(pg_url: str) -> None:
+    """A claim's updated rows add entries to the pending lists of River's GIN indexes
+    (``args``, ``metadata``) but the claim never merges a list that outgrew
+    ``gin_pending_list_limit``: the merge holds the statement that does it for 100 ms or more
+    on a busy table, and a claim held that long delays its whole queue. Other statements
+    still merge it, and the claim's raised limit ends with its transaction."""
+    wide = {f"key_{k}": f"value {k} " * 4 for k in range(12)}
+    async with open_postgres(pg_url, pool_max_size=1) as driver:  # one session throughout
+        ex = driver.executor()
+        await insert(driver, 600, encoded_args=json.dumps(wide).encode())
+        await ex.execute("SET gin_pending_list_limit = '64kB'")  # 8 pages
+        clean = "SELECT gin_clean_pending_list('river_job_args_index'::regclass)"
+        await ex.fetch_all(clean)  # empty to begin with
+        claimed = 0
+        while batch := await ex.job_get_available(queue="default", max_to_lock=50, client_id="c"):
+            claimed += len(batch)
+        assert claimed == 600
+        # 600 claimed rows' entries are still pending: far past the session's 8 pages
+        [(pages,)] = await ex.fetch_all(clean)
+        assert pages > 16
+        assert (await ex.fetch_all("SHOW gin_pending_list_limit")) == [("64kB",)]
+        # any other statement past the limit merges it (here an update of the same rows)
+        await ex.execute("UPDATE river_job SET args = args || '{\"k\": 1}'")
+        [(pages,)] = await ex.fetch_all(clean)
+        assert pages <= 8

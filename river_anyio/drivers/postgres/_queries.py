@@ -70,6 +70,8 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 #: The job columns read through the alias ``j``.
 _JCOLS = ", ".join("j." + c for c in JOB_COLUMNS)
 _COLS = ", ".join(JOB_COLUMNS)
+#: A claim's filter that leaves GIN pending-list merges to other statements (see ``_claim``).
+_NO_GIN_MERGE = "(SELECT set_config('gin_pending_list_limit', '2GB', true)) IS NOT NULL"
 _QCOLS = ", ".join(QUEUE_COLUMNS)
 
 
@@ -246,6 +248,14 @@ RETURNING {_COLS}, false"""
 
         ``attempted_by`` keeps its newest ``max - 1`` entries before the client id is appended.
         The outer query restores the fetch order (an UPDATE's RETURNING has none).
+
+        The claim never merges a GIN index's pending list (River's indexes on ``args`` and
+        ``metadata``): whichever statement's index entries take the list past
+        ``gin_pending_list_limit`` merges it, which holds that statement for 100 ms or more
+        on a busy table, and a claim held that long delays every job of its queue. The
+        claim raises the limit for its own transaction (``set_config(..., true)``, a one-time
+        filter run before any row is updated); completions, inserts and autovacuum merge
+        the list as before.
         """
         p = self.prefix
         kind_filter = "\n        AND kind = ANY(%s::text[])" if kinds else ""
@@ -257,6 +267,7 @@ WITH picked AS (
     WHERE state = 'available'
         AND queue = %s::text
         AND scheduled_at <= now(){kind_filter}
+        AND {_NO_GIN_MERGE}
     ORDER BY priority, scheduled_at, id
     LIMIT %s
     FOR UPDATE SKIP LOCKED
