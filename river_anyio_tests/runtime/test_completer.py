@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import anyio.to_thread
 import pytest
 
@@ -197,3 +198,71 @@ async def test_a_flush_asked_for_lets_the_woken_workers_start_first(database_url
                         completer.flush_soon()
                         await wait_until(lambda: completer.statistics().written == n, within=5)  # noqa: B023
     assert order == ["job", "write"] * rounds, order
+
+
+class _TimedDriver(_RecordingDriver):
+    """The real driver; the loop's time at each completion write is recorded in ``times``,
+    and ``written`` is set when a write has returned."""
+
+    def __init__(self, inner: Any, times: list[float]) -> None:
+        super().__init__(inner, [])
+        self._times = times
+        self.written = anyio.Event()
+
+    def executor(self) -> Any:
+        return _TimedExecutor(self._inner.executor(), self)
+
+
+class _TimedExecutor(_RecordingExecutor):
+    def __init__(self, inner: Any, driver: _TimedDriver) -> None:
+        super().__init__(inner, [])
+        self._driver = driver
+
+    async def job_set_state_if_running_many(self, *args: Any, **kwargs: Any) -> Any:
+        self._driver._times.append(anyio.current_time())
+        try:
+            return await self._inner.job_set_state_if_running_many(*args, **kwargs)
+        finally:
+            self._driver.written.set()
+
+
+async def test_flushes_asked_for_in_a_row_are_spaced(database_url: str) -> None:
+    """Under a steady flow every claim drains its queue and asks for a flush: one asked for
+    within SOON_SPACING of the previous flush is not made at once, but at the next tick
+    (or the next request past the spacing), so writes are not one per claim."""
+    import river_anyio as river
+    from river_anyio._runtime._completer import IDLE_TICKS, SOON_SPACING, TICK
+
+    from .lifecycle_support import Blocker, wait_until
+
+    async with river.open_client(database_url) as inserter:
+        await inserter.client.insert_many([Blocker(f"s{i}") for i in range(3)])
+    times: list[float] = []
+    async with open_driver(database_url) as inner:
+        rows = await inner.executor().job_get_available(
+            queue="default", max_to_lock=3, client_id="spaced", max_attempted_by=100
+        )
+        driver = _TimedDriver(inner, times)
+        completer = Completer(driver, client_id="spaced", events=EventHub())  # type: ignore[arg-type]
+        with anyio.fail_after(20):
+            async with anyio.create_task_group() as tg:
+                send = await tg.start(completer.run)
+                with send:
+                    # the first write prepares its statement; the second is timed
+                    for row in rows[:2]:
+                        driver.written = anyio.Event()
+                        await send.send(completed(row))
+                        await wait_until(lambda: completer.statistics().pending == 1, within=5)
+                        completer.flush_soon()
+                        await driver.written.wait()
+                    # at once: the third request comes well within the spacing
+                    await send.send(completed(rows[2]))
+                    while completer.statistics().pending != 1:  # taken: no timer involved
+                        await anyio.lowlevel.checkpoint()
+                    asked = anyio.current_time()
+                    completer.flush_soon()
+                    await wait_until(lambda: completer.statistics().written == 3, within=5)
+    assert asked - times[1] < SOON_SPACING  # the test's premise
+    assert times[2] - times[1] >= SOON_SPACING
+    # made at the next tick, not left for the quiet flush of the IDLE_TICKS-th
+    assert times[2] - asked < IDLE_TICKS * TICK

@@ -3,9 +3,12 @@ producer claims, how many rows, and how many it claims ahead of its free slots."
 
 from __future__ import annotations
 
+import pytest
+
 from river_anyio._runtime._pacing import (
     CLAIM_SHARE,
     FETCH_BURST,
+    FOLLOW_UP,
     NO_LOW_WATER,
     PREFETCH_HORIZON,
     PREFETCH_MAX,
@@ -152,6 +155,50 @@ def test_a_due_claim_bypasses_the_cooldown_and_does_not_count_against_it() -> No
     p.fetching()
     p.resumed()
     assert p.cooldown() == 0
+
+
+def test_after_a_claim_that_got_rows_a_notified_fetch_follows_within_a_hundredth() -> None:
+    """Once the burst is spent, a notified fetch waits for the limiter (4 ms at the default
+    cooldown) unless the previous claim got rows: then it may follow that claim's start by
+    ``cooldown / FOLLOW_UP`` (1 ms). A claim that gets nothing ends it, and follow-ups do not
+    run the limiter into debt, so the next fetch after a streak waits one interval at most."""
+    clock = ManualClock()
+    p = pacer(clock)
+    for _ in range(FETCH_BURST + 1):  # the start-up claim, then the burst
+        p.fetching()
+    interval = 0.1 / FETCH_BURST
+    assert p.cooldown() == pytest.approx(interval)
+    p.claimed(3, MAX_WORKERS, 3, 0)  # the last of them got rows
+    for _ in range(50):  # a steady flow: every claim gets a few rows
+        assert p.cooldown() == pytest.approx(0.1 / FOLLOW_UP)
+        clock.now += 0.1 / FOLLOW_UP
+        assert p.cooldown() == 0
+        p.fetching()
+        p.claimed(3, MAX_WORKERS, 3, 0)
+    clock.now += 0.1 / FOLLOW_UP
+    p.fetching()
+    p.claimed(0, MAX_WORKERS, 0, 0)  # the flow stopped
+    assert 0 < p.cooldown() <= interval
+    clock.now += interval
+    assert p.cooldown() == 0
+
+
+def test_a_failed_or_held_claim_gets_no_follow_up() -> None:
+    clock = ManualClock()
+    p = pacer(clock)
+    for _ in range(FETCH_BURST + 1):
+        p.fetching()
+    p.claimed(3, MAX_WORKERS, 3, 0)
+    p.fetching()  # this claim fails
+    p.failed(2.0)
+    assert p.idle_time() == 2.0
+    clock.now += 0.1 / FOLLOW_UP
+    assert p.cooldown() > 0  # the limiter's wait, not a follow-up
+    p.fetching()
+    p.claimed(3, MAX_WORKERS, 3, 0)
+    p.hold(0.5)
+    clock.now += 0.1 / FOLLOW_UP
+    assert p.cooldown() == pytest.approx(0.5 - 0.1 / FOLLOW_UP)
 
 
 def test_the_poll_timer_and_a_failure_back_off() -> None:
