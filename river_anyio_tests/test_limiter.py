@@ -57,3 +57,14 @@ def test_keys_are_independent() -> None:
     assert lim.try_acquire("a")
     assert not lim.try_acquire("a")
     assert lim.try_acquire("b")
+
+
+def test_refused_keys_are_remembered_until_taken() -> None:
+    limiter = KeyedBurstLimiter(0.1, burst=1)
+    assert limiter.try_acquire("a") and limiter.try_acquire("b")
+    assert not limiter.try_acquire("a")
+    assert not limiter.try_acquire("b")
+    assert limiter.delay("a") > 0
+    assert limiter.take_refused({"a", "c"}) == {"a"}
+    assert limiter.take_refused({"a"}) == set()  # taken once
+    assert limiter.take_refused({"b"}) == {"b"}

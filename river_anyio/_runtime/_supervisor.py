@@ -76,6 +76,7 @@ from ._notifier import ALL_TOPICS, TOPICS, Notifier
 from ._periodic import PeriodicEnqueuer
 from ._producer import Producer
 from ._runner import JobRunner
+from ._trailing import TrailingNotifications
 from ._util import STOP_AND_CANCEL_REASON, Backoff
 from ._util import leaves as _leaves
 
@@ -162,6 +163,8 @@ class ClientRun:
         self._lag = LagMonitor(client_id=config.id, events=events)
         self._completer: Completer | None = None
         self._notifier: Notifier | None = None
+        #: the insert notifications this run owes (None: the driver has none)
+        self._trailing: TrailingNotifications | None = None
         self._elector: Elector | None = None
 
     # --- controls -----------------------------------------------------------------------------
@@ -283,6 +286,10 @@ class ClientRun:
         return {name: q.producer for name, q in self._queues.items()}
 
     def _trigger_queues(self, queues: set[str]) -> None:
+        """This client committed jobs of ``queues``: wake its own producers of them, and
+        owe other processes the notifications its limiter held back."""
+        if self._trailing is not None:
+            self._trailing.committed(queues)
         for name in queues:
             queue = self._queues.get(name)
             if queue is not None:
@@ -512,6 +519,9 @@ class ClientRun:
                         notifier=notifier,
                     )
                     root.start_soon(self._run_elector, self._elector, name="river elector")
+                if driver.supports_listen_notify:
+                    self._trailing = TrailingNotifications(driver, self.client._limiter, config.id)
+                    root.start_soon(self._trailing.run, name="river trailing notifications")
                 self.client._after_insert = self._trigger_queues
                 if notifier is None:
                     self.client._local_control = self._control_locally

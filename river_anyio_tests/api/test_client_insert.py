@@ -285,3 +285,39 @@ async def test_insert_middleware_and_hooks(database_url: str) -> None:
         "hook:email",
         "mw:1",
     ]
+
+
+async def test_a_notification_the_limiter_held_back_follows_once_it_allows(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The last jobs of a fast stream have no later neighbour whose notification would get
+    them claimed: the client sends the notification its limiter refused once the limiter
+    lets it through, instead of leaving those jobs to the workers' poll."""
+    import river_anyio._client
+    from river_anyio._limiter import KeyedBurstLimiter
+
+    # one notification per queue per 0.4 s, none at once beyond the first
+    monkeypatch.setattr(
+        river_anyio._client, "KeyedBurstLimiter", lambda window: KeyedBurstLimiter(0.4, 1)
+    )
+    async with (
+        river.open_client(database_url) as run,
+        open_driver(database_url) as other,
+        other.listener() as listener,
+    ):
+        await listener.listen(TOPIC_INSERT)
+        await run.client.insert(Email(to="first"), river.InsertOpts(queue="stream"))
+        sent = anyio.current_time()
+        await run.client.insert(Email(to="held"), river.InsertOpts(queue="stream"))
+        await run.client.insert(Email(to="held too"), river.InsertOpts(queue="stream"))
+        arrivals = []
+        with anyio.fail_after(10):
+            async for note in listener:
+                assert json.loads(note.payload)["queue"] == "stream"
+                arrivals.append(anyio.current_time() - sent)
+                if len(arrivals) == 2:
+                    break
+        # the second waited for the limiter's next token; one for both held-back inserts
+        assert arrivals[1] >= 0.4 - 0.05
+        assert run._trailing is not None
+        assert run._trailing.sent == 1

@@ -1,0 +1,79 @@
+"""Insert notifications the client's limiter held back, sent once it lets them through.
+
+An inserting client sends at most ``BURST_DEFAULT`` insert notifications per queue at once
+and one every 2 ms after that (``river_anyio._limiter``). A producer's fetch claims every job
+committed by then, so jobs whose notification was held back are normally claimed with a
+neighbour's; but the last jobs of a fast stream (or of a burst bigger than the bucket) have
+no later neighbour, and used to wait for the producer's poll (``fetch_poll_interval``, 1 s by
+default). A running client owes such a queue one notification after its insert commits, and
+sends it as soon as the limiter allows (it takes a token, so the bound holds): the stream's
+tail is noticed within milliseconds. Inserts in the caller's transaction commit out of sight
+and are not followed up this way, as in River.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import anyio
+
+from .._errors import DatabaseError
+from .._limiter import KeyedBurstLimiter
+from .._logging import client_extra
+from ..drivers import TOPIC_INSERT, Driver
+from ._control import HOT_OPERATION_TIMEOUT
+from ._util import Wakeup
+
+__all__ = ["TrailingNotifications"]
+
+logger = logging.getLogger("river_anyio.client")
+
+
+class TrailingNotifications:
+    """The notifications a running client owes, and the service (:meth:`run`) sending them."""
+
+    def __init__(self, driver: Driver, limiter: KeyedBurstLimiter, client_id: str) -> None:
+        self._driver = driver
+        self._limiter = limiter
+        self._client_id = client_id
+        self._owed: set[str] = set()
+        self._wake = Wakeup()
+        #: notifications sent (for tests and diagnostics)
+        self.sent = 0
+
+    def committed(self, queues: set[str]) -> None:
+        """Jobs of ``queues`` were committed by this client: a notification is owed for those
+        whose latest notification the limiter refused."""
+        owed = self._limiter.take_refused(queues)
+        if owed:
+            self._owed |= owed
+            self._wake.set()
+
+    async def run(self) -> None:
+        owed = self._owed
+        limiter = self._limiter
+        while True:
+            await self._wake.wait()
+            while owed:
+                await anyio.sleep(min(limiter.delay(q) for q in owed))
+                ready = sorted(q for q in owed if limiter.try_acquire(q))
+                owed.difference_update(ready)
+                if ready:
+                    await self._send(ready)
+
+    async def _send(self, queues: list[str]) -> None:
+        payloads = [f'{{"queue": "{q}"}}' for q in queues]
+        try:
+            with anyio.fail_after(HOT_OPERATION_TIMEOUT):
+                await self._driver.executor().notify_many(TOPIC_INSERT, payloads)
+        except (DatabaseError, TimeoutError, OSError) as exc:
+            # the producers' poll picks the jobs up; nothing to retry
+            logger.warning(
+                "client %s: a held-back insert notification failed (%s): %s",
+                self._client_id,
+                ", ".join(queues),
+                exc,
+                extra=client_extra("trailing_notify_failed", self._client_id),
+            )
+            return
+        self.sent += len(queues)
