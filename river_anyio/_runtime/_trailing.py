@@ -6,9 +6,12 @@ committed by then, so jobs whose notification was held back are normally claimed
 neighbour's; but the last jobs of a fast stream (or of a burst bigger than the bucket) have
 no later neighbour, and used to wait for the producer's poll (``fetch_poll_interval``, 1 s by
 default). A running client owes such a queue one notification after its insert commits, and
-sends it as soon as the limiter allows (it takes a token, so the bound holds): the stream's
-tail is noticed within milliseconds. Inserts in the caller's transaction commit out of sight
-and are not followed up this way, as in River.
+sends it once the limiter allows and one more interval has passed (2 ms by default), unless
+an insert's own notification went out meanwhile (it was sent after the commit, so its fetch
+sees the job): under a steady flow the inserts' notifications cover each other and nothing
+extra is sent, and a stream's tail is noticed within milliseconds. It takes a token like any
+other, so the bound holds. Inserts in the caller's transaction commit out of sight and are
+not followed up this way, as in River.
 """
 
 from __future__ import annotations
@@ -36,7 +39,8 @@ class TrailingNotifications:
         self._driver = driver
         self._limiter = limiter
         self._client_id = client_id
-        self._owed: set[str] = set()
+        #: queue -> the limiter's marker when the notification was owed
+        self._owed: dict[str, float] = {}
         self._wake = Wakeup()
         #: notifications sent (for tests and diagnostics)
         self.sent = 0
@@ -44,9 +48,10 @@ class TrailingNotifications:
     def committed(self, queues: set[str]) -> None:
         """Jobs of ``queues`` were committed by this client: a notification is owed for those
         whose latest notification the limiter refused."""
-        owed = self._limiter.take_refused(queues)
-        if owed:
-            self._owed |= owed
+        refused = self._limiter.take_refused(queues)
+        if refused:
+            for queue in refused:
+                self._owed[queue] = self._limiter.marker(queue)
             self._wake.set()
 
     async def run(self) -> None:
@@ -55,11 +60,18 @@ class TrailingNotifications:
         while True:
             await self._wake.wait()
             while owed:
-                await anyio.sleep(min(limiter.delay(q) for q in owed))
-                ready = sorted(q for q in owed if limiter.try_acquire(q))
-                owed.difference_update(ready)
+                # one interval past the limiter's delay: in a steady flow the next insert
+                # takes the token first, and its own notification covers the owed one
+                await anyio.sleep(min(limiter.delay(q) for q in owed) + limiter.interval)
+                ready = []
+                for queue, marker in list(owed.items()):
+                    if limiter.allowed_since(queue, marker):
+                        del owed[queue]  # notified after the owed job's commit
+                    elif limiter.try_acquire(queue):
+                        del owed[queue]
+                        ready.append(queue)
                 if ready:
-                    await self._send(ready)
+                    await self._send(sorted(ready))
 
     async def _send(self, queues: list[str]) -> None:
         payloads = [f'{{"queue": "{q}"}}' for q in queues]

@@ -296,6 +296,8 @@ async def test_a_notification_the_limiter_held_back_follows_once_it_allows(
     import river_anyio._client
     from river_anyio._limiter import KeyedBurstLimiter
 
+    from ..runtime.lifecycle_support import wait_until
+
     # one notification per queue per 0.4 s, none at once beyond the first
     monkeypatch.setattr(
         river_anyio._client, "KeyedBurstLimiter", lambda window: KeyedBurstLimiter(0.4, 1)
@@ -319,5 +321,34 @@ async def test_a_notification_the_limiter_held_back_follows_once_it_allows(
                     break
         # the second waited for the limiter's next token; one for both held-back inserts
         assert arrivals[1] >= 0.4 - 0.05
-        assert run._trailing is not None
-        assert run._trailing.sent == 1
+        trailing = run._trailing
+        assert trailing is not None
+        await wait_until(lambda: trailing.sent > 0, within=5)  # counted once the send returned
+        assert trailing.sent == 1
+
+
+async def test_a_held_back_notification_is_dropped_once_a_later_insert_notifies(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under a steady flow the next insert's own notification (sent after the held-back
+    insert committed, so its fetch sees that job too) covers the one owed: nothing extra."""
+    import river_anyio._client
+    from river_anyio._limiter import KeyedBurstLimiter
+
+    from ..runtime.lifecycle_support import wait_until
+
+    monkeypatch.setattr(
+        river_anyio._client, "KeyedBurstLimiter", lambda window: KeyedBurstLimiter(0.4, 1)
+    )
+    async with river.open_client(database_url) as run:
+        trailing = run._trailing
+        assert trailing is not None
+        limiter = run.client._limiter
+        await run.client.insert(Email(to="first"), river.InsertOpts(queue="flow"))
+        await run.client.insert(Email(to="held"), river.InsertOpts(queue="flow"))
+        assert "flow" in trailing._owed
+        # the next token: the flow's next insert takes it (before the owed one's grace ends)
+        await anyio.sleep(limiter.delay("flow"))
+        await run.client.insert(Email(to="next"), river.InsertOpts(queue="flow"))
+        await wait_until(lambda: not trailing._owed, within=5)
+        assert trailing.sent == 0
