@@ -96,11 +96,6 @@ class KeyedBurstLimiter:
         """Seconds until an event for ``key`` is allowed (0: now)."""
         return self._limiter(key).delay()
 
-    @property
-    def interval(self) -> float:
-        """Seconds between events once a burst is spent."""
-        return self._window / max(1, self._burst)
-
     def marker(self, key: str) -> float:
         """A mark of ``key``'s events so far, for :meth:`allowed_since`."""
         return self._limiter(key)._full_at

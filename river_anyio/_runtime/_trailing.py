@@ -6,12 +6,14 @@ committed by then, so jobs whose notification was held back are normally claimed
 neighbour's; but the last jobs of a fast stream (or of a burst bigger than the bucket) have
 no later neighbour, and used to wait for the producer's poll (``fetch_poll_interval``, 1 s by
 default). A running client owes such a queue one notification after its insert commits, and
-sends it once the limiter allows and one more interval has passed (2 ms by default), unless
-an insert's own notification went out meanwhile (it was sent after the commit, so its fetch
-sees the job): under a steady flow the inserts' notifications cover each other and nothing
-extra is sent, and a stream's tail is noticed within milliseconds. It takes a token like any
-other, so the bound holds. Inserts in the caller's transaction commit out of sight and are
-not followed up this way, as in River.
+sends it once the limiter allows and ``GRACE`` (10 ms) has passed since the latest such
+commit, unless an insert's own notification went out meanwhile (it was sent after that
+commit, so its fetch sees the job): under a steady flow each commit defers the debt and the
+inserts' own notifications cover each other, so nothing extra is sent, and a stream's tail
+is noticed within about 10 ms. It takes a token like any other, so the bound holds. Inserts
+in the caller's transaction commit out of sight and are not followed up this way, as in
+River. A client that stops sends what it still owes at once (shielded, within
+``FINAL_TIMEOUT``): a script's last inserts are announced too.
 """
 
 from __future__ import annotations
@@ -31,6 +33,11 @@ __all__ = ["TrailingNotifications"]
 
 logger = logging.getLogger("river_anyio.client")
 
+#: How long after the latest commit owing one a notification waits for an insert's own.
+GRACE = 0.01
+#: The most a stopping client spends sending the notifications it owes.
+FINAL_TIMEOUT = 2.0
+
 
 class TrailingNotifications:
     """The notifications a running client owes, and the service (:meth:`run`) sending them."""
@@ -39,8 +46,8 @@ class TrailingNotifications:
         self._driver = driver
         self._limiter = limiter
         self._client_id = client_id
-        #: queue -> the limiter's marker when the notification was owed
-        self._owed: dict[str, float] = {}
+        #: queue -> (the limiter's marker, the loop's time) at the latest commit owing one
+        self._owed: dict[str, tuple[float, float]] = {}
         self._wake = Wakeup()
         #: notifications sent (for tests and diagnostics)
         self.sent = 0
@@ -50,24 +57,41 @@ class TrailingNotifications:
         whose latest notification the limiter refused."""
         refused = self._limiter.take_refused(queues)
         if refused:
+            now = anyio.current_time()
             for queue in refused:
-                self._owed[queue] = self._limiter.marker(queue)
+                self._owed[queue] = (self._limiter.marker(queue), now)
             self._wake.set()
 
     async def run(self) -> None:
+        try:
+            await self._serve()
+        finally:
+            # the client is stopping: what is owed goes out now, limiter or not
+            owed = sorted(
+                q
+                for q, (marker, _) in self._owed.items()
+                if not self._limiter.allowed_since(q, marker)
+            )
+            self._owed.clear()
+            if owed:
+                with anyio.move_on_after(FINAL_TIMEOUT, shield=True):
+                    await self._send(owed)
+
+    async def _serve(self) -> None:
         owed = self._owed
         limiter = self._limiter
         while True:
             await self._wake.wait()
             while owed:
-                # one interval past the limiter's delay: in a steady flow the next insert
-                # takes the token first, and its own notification covers the owed one
-                await anyio.sleep(min(limiter.delay(q) for q in owed) + limiter.interval)
+                now = anyio.current_time()
+                due = {q: max(now + limiter.delay(q), at + GRACE) for q, (_, at) in owed.items()}
+                await anyio.sleep(min(due.values()) - now)
+                now = anyio.current_time()
                 ready = []
-                for queue, marker in list(owed.items()):
+                for queue, (marker, at) in list(owed.items()):
                     if limiter.allowed_since(queue, marker):
-                        del owed[queue]  # notified after the owed job's commit
-                    elif limiter.try_acquire(queue):
+                        del owed[queue]  # notified after the latest commit owing one
+                    elif now >= at + GRACE and limiter.try_acquire(queue):
                         del owed[queue]
                         ready.append(queue)
                 if ready:

@@ -334,12 +334,14 @@ async def test_a_held_back_notification_is_dropped_once_a_later_insert_notifies(
     insert committed, so its fetch sees that job too) covers the one owed: nothing extra."""
     import river_anyio._client
     from river_anyio._limiter import KeyedBurstLimiter
+    from river_anyio._runtime import _trailing
 
     from ..runtime.lifecycle_support import wait_until
 
     monkeypatch.setattr(
-        river_anyio._client, "KeyedBurstLimiter", lambda window: KeyedBurstLimiter(0.4, 1)
+        river_anyio._client, "KeyedBurstLimiter", lambda window: KeyedBurstLimiter(0.1, 1)
     )
+    monkeypatch.setattr(_trailing, "GRACE", 1.0)  # the owed one waits past the next token
     async with river.open_client(database_url) as run:
         trailing = run._trailing
         assert trailing is not None
@@ -347,8 +349,37 @@ async def test_a_held_back_notification_is_dropped_once_a_later_insert_notifies(
         await run.client.insert(Email(to="first"), river.InsertOpts(queue="flow"))
         await run.client.insert(Email(to="held"), river.InsertOpts(queue="flow"))
         assert "flow" in trailing._owed
-        # the next token: the flow's next insert takes it (before the owed one's grace ends)
-        await anyio.sleep(limiter.delay("flow"))
+        # the next token: the flow's next insert takes it and notifies
+        await anyio.sleep(limiter.delay("flow") + 0.01)
         await run.client.insert(Email(to="next"), river.InsertOpts(queue="flow"))
         await wait_until(lambda: not trailing._owed, within=5)
         assert trailing.sent == 0
+
+
+async def test_a_stopping_client_sends_what_it_owes(database_url: str) -> None:
+    """An inserting process that stops right after its last inserts (a script, a batch
+    job) still announces them: the owed notifications go out as the client stops."""
+    import river_anyio._client
+    from river_anyio._limiter import KeyedBurstLimiter
+
+    async with open_driver(database_url) as other, other.listener() as listener:
+        await listener.listen(TOPIC_INSERT)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(
+                river_anyio._client, "KeyedBurstLimiter", lambda window: KeyedBurstLimiter(60, 1)
+            )
+            async with river.open_client(database_url) as run:
+                await run.client.insert(Email(to="first"), river.InsertOpts(queue="last"))
+                await run.client.insert(Email(to="held"), river.InsertOpts(queue="last"))
+                assert run._trailing is not None
+                assert "last" in run._trailing._owed
+            # stopped: the owed notification went out at once, not a minute later
+            assert run._trailing._owed == {}
+            assert run._trailing.sent == 1
+        queues = []
+        with anyio.fail_after(10):
+            async for note in listener:
+                queues.append(json.loads(note.payload)["queue"])
+                if len(queues) == 2:
+                    break
+        assert queues == ["last", "last"]
