@@ -41,6 +41,22 @@ def completed(row: JobRow) -> Finished:
     )
 
 
+async def claimed_blockers(database_url: str, driver: Any, n: int, client_id: str) -> list[JobRow]:
+    """``n`` blocker jobs, inserted and then claimed by ``client_id`` on ``driver``: running
+    rows whose results a completer can write."""
+    import river_anyio as river
+
+    from .lifecycle_support import Blocker
+
+    async with river.open_client(database_url) as inserter:
+        await inserter.client.insert_many([Blocker(f"{client_id}-{i}") for i in range(n)])
+    rows = await driver.executor().job_get_available(
+        queue="default", max_to_lock=n, client_id=client_id, max_attempted_by=100
+    )
+    assert len(rows) == n
+    return list(rows)
+
+
 class _Wakeups:
     count = 0
 
@@ -162,19 +178,13 @@ async def test_a_flush_asked_for_lets_the_woken_workers_start_first(database_url
     flush, in one step: the workers start before the write is sent, whatever order the loop
     runs the woken tasks in (trio varies it; a write sent first can hand the core to the
     database for a while)."""
-    import river_anyio as river
 
-    from .lifecycle_support import Blocker, wait_until
+    from .lifecycle_support import wait_until
 
     rounds = 16
-    async with river.open_client(database_url) as inserter:
-        await inserter.client.insert_many([Blocker(f"r{i}") for i in range(rounds)])
     order: list[str] = []
     async with open_driver(database_url) as inner:
-        rows = await inner.executor().job_get_available(
-            queue="default", max_to_lock=rounds, client_id="flush-order", max_attempted_by=100
-        )
-        assert len(rows) == rounds
+        rows = await claimed_blockers(database_url, inner, rounds, "flush-order")
         driver = _RecordingDriver(inner, order)
         completer = Completer(driver, client_id="flush-order", events=EventHub())  # type: ignore[arg-type]
         with anyio.fail_after(20):
@@ -226,25 +236,27 @@ class _TimedExecutor(_RecordingExecutor):
             self._driver.written.set()
 
 
-async def test_flushes_asked_for_in_a_row_are_spaced(database_url: str) -> None:
+async def test_flushes_asked_for_in_a_row_are_spaced(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Under a steady flow every claim drains its queue and asks for a flush: one asked for
     within SOON_SPACING of the previous flush is not made at once, but at the next tick
     (or the next request past the spacing), so writes are not one per claim."""
-    import river_anyio as river
-    from river_anyio._runtime._completer import IDLE_TICKS, SOON_SPACING, TICK
+    from river_anyio._runtime import _completer
 
-    from .lifecycle_support import Blocker, wait_until
+    from .lifecycle_support import wait_until
 
-    async with river.open_client(database_url) as inserter:
-        await inserter.client.insert_many([Blocker(f"s{i}") for i in range(3)])
+    # ten times the usual tick and spacing: a slow write cannot make the test's premise
+    # (the third request comes within the spacing) fail
+    tick, spacing = 10 * _completer.TICK, 10 * _completer.SOON_SPACING
+    monkeypatch.setattr(_completer, "TICK", tick)
+    monkeypatch.setattr(_completer, "SOON_SPACING", spacing)
     times: list[float] = []
     async with open_driver(database_url) as inner:
-        rows = await inner.executor().job_get_available(
-            queue="default", max_to_lock=3, client_id="spaced", max_attempted_by=100
-        )
+        rows = await claimed_blockers(database_url, inner, 3, "spaced")
         driver = _TimedDriver(inner, times)
         completer = Completer(driver, client_id="spaced", events=EventHub())  # type: ignore[arg-type]
-        with anyio.fail_after(20):
+        with anyio.fail_after(30):
             async with anyio.create_task_group() as tg:
                 send = await tg.start(completer.run)
                 with send:
@@ -261,8 +273,8 @@ async def test_flushes_asked_for_in_a_row_are_spaced(database_url: str) -> None:
                         await anyio.lowlevel.checkpoint()
                     asked = anyio.current_time()
                     completer.flush_soon()
-                    await wait_until(lambda: completer.statistics().written == 3, within=5)
-    assert asked - times[1] < SOON_SPACING  # the test's premise
-    assert times[2] - times[1] >= SOON_SPACING
+                    await wait_until(lambda: completer.statistics().written == 3, within=10)
+    assert asked - times[1] < spacing  # the test's premise
+    assert times[2] - times[1] >= spacing
     # made at the next tick, not left for the quiet flush of the IDLE_TICKS-th
-    assert times[2] - asked < IDLE_TICKS * TICK
+    assert times[2] - asked < _completer.IDLE_TICKS * tick
