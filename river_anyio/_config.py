@@ -487,7 +487,9 @@ class Config:
             for no limit (60 s).
         soft_stop_timeout: How long a graceful stop lets running jobs finish before they are
             cancelled (``None``: as long as they take).
-        fetch_cooldown: The shortest time between two fetches of a queue (0.1 s).
+        fetch_cooldown: The guard against notification storms (0.1 s): fetches prompted by
+            notifications or the poll are limited to 25 at once and 25 per cooldown, except
+            that one may follow a claim that got rows by a hundredth of it.
         fetch_poll_interval: How often a queue is fetched without notifications (1 s).
         poll_only: Poll instead of listening for notifications (False).
         fetch_only_known_kinds: Claim only jobs of kinds that have a worker here (False: a
