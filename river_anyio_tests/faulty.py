@@ -97,6 +97,8 @@ class FaultyDriver:
         self.inner = inner
         self.faults: list[Fault] = []
         self.calls: collections.Counter[str] = collections.Counter()
+        #: Every notification loop its listeners handed out.
+        self.loops: list[FaultyNotifications] = []
 
     # --- registering faults ---------------------------------------------------------------------
 
@@ -250,12 +252,9 @@ class FaultyListener:
         await self._faulty._call("unlisten", self.inner.unlisten, topic)
 
     def __aiter__(self) -> AsyncIterator[Notification]:
-        return self._notifications()
-
-    async def _notifications(self) -> AsyncIterator[Notification]:
-        async for note in self.inner:
-            await self._faulty._check("notification")
-            yield note
+        loop = FaultyNotifications(self.inner, self._faulty)
+        self._faulty.loops.append(loop)
+        return loop
 
     def __getattr__(self, name: str) -> Any:  # ``ping`` on PostgreSQL
         attr = getattr(self.inner, name)
@@ -267,6 +266,29 @@ class FaultyListener:
             return await faulty._call(name, attr, *args, **kw)
 
         return call
+
+
+class FaultyNotifications:
+    """One loop's notifications, each through the driver's faults; closed with ``aclose`` as
+    an async generator is, so a test can tell whether its consumer closed it."""
+
+    def __init__(self, inner: Listener, driver: FaultyDriver) -> None:
+        self._inner = aiter(inner)
+        self._faulty = driver
+        self.closed = False
+
+    def __aiter__(self) -> FaultyNotifications:
+        return self
+
+    async def __anext__(self) -> Notification:
+        if self.closed:
+            raise StopAsyncIteration
+        note = await anext(self._inner)
+        await self._faulty._check("notification")
+        return note
+
+    async def aclose(self) -> None:
+        self.closed = True
 
 
 @contextlib.asynccontextmanager

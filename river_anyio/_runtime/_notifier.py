@@ -36,6 +36,8 @@ logger = logging.getLogger("river_anyio.notifier")
 
 BUFFER = 1000
 PING_INTERVAL = 5.0
+#: How long closing a loop's notification iterator may take once the loop has ended.
+CLOSE_TIMEOUT = 1.0
 TOPICS = (TOPIC_INSERT, TOPIC_CONTROL)
 #: What producers' streams carry (insert notifications are routed by queue, see
 #: :meth:`Notifier.route_inserts`; the elector listens to ``river_leadership``).
@@ -152,14 +154,17 @@ class Notifier:
                         async with anyio.create_task_group() as tg:
                             if hasattr(listener, "ping"):
                                 tg.start_soon(self._ping, listener, tg.cancel_scope, failures)
+                            notes = aiter(listener)
                             try:
-                                async for note in listener:
+                                async for note in notes:
                                     if self._deliver(note):
                                         # a producer was woken: let it send its claim
                                         # before this task reads the socket again
                                         await anyio.lowlevel.checkpoint()
                             except DatabaseError as exc:
                                 failures.append(exc)
+                            finally:
+                                await _close_loop(listener, notes)
                             tg.cancel_scope.cancel("listener closed")
                     finally:
                         self.connected_at = None
@@ -200,3 +205,13 @@ class Notifier:
             send.close()
         self._subscribers.clear()
         self._insert_routes.clear()
+
+
+async def _close_loop(listener: object, notes: object) -> None:
+    """Close an iterator a listener handed out for one loop (an async generator, say), so a
+    loop left at a cancellation does not leave it to the garbage collector; the listener
+    itself (when it iterates itself) is closed by its context manager."""
+    aclose = getattr(notes, "aclose", None)
+    if notes is not listener and aclose is not None:
+        with anyio.move_on_after(CLOSE_TIMEOUT, shield=True):
+            await aclose()

@@ -351,6 +351,23 @@ async def test_the_notifier_reconnects_and_notifications_work_again(
             assert run.diagnostics.notifier_reconnects == 1
 
 
+async def test_the_notifiers_loops_are_closed_when_the_client_stops(database_url: str) -> None:
+    # a listener's notifications may come from an async generator: a loop left at a
+    # cancellation must close it, not leave it to the garbage collector (trio warns)
+    gate = Gate()
+    gate.release.set()
+    async with open_faulty(database_url) as faulty:
+        with anyio.fail_after(SOON):
+            async with river.open_client(
+                faulty, id=CLIENT, queues=queues(), workers=gate.workers()
+            ) as run:
+                with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
+                    job = (await run.client.insert(Blocker())).job
+                    await next_event(sub, river.EventKind.JOB_COMPLETED, job.id)
+                assert faulty.loops and not any(loop.closed for loop in faulty.loops)
+    assert all(loop.closed for loop in faulty.loops)
+
+
 async def test_a_remote_cancel_missed_while_disconnected_is_reconciled(
     pg_url: str, pg_server: str
 ) -> None:
