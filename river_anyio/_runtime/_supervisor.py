@@ -103,7 +103,8 @@ class QueueDiagnostics:
 class Diagnostics:
     """A snapshot of a running client's internals."""
 
-    #: how late the lag monitor's last tick woke, and the longest stall of the loop seen
+    #: the lag monitor's latest probe's wait (0 while the loop is idle), and the longest stall
+    #: of the loop seen
     loop_lag: float
     loop_lag_max: float
     #: stalls of the loop in the last ten minutes: ``{duration upper bound (s): count}``

@@ -18,6 +18,7 @@ import river_anyio as river
 from river_anyio._client import Client
 from river_anyio._config import ClientConfig
 from river_anyio._events import EventHub
+from river_anyio._runtime import _lag
 from river_anyio._runtime._clock import SystemClock
 from river_anyio._runtime._supervisor import ClientRun
 
@@ -418,12 +419,16 @@ async def test_an_insert_only_client_needs_no_stop(database_url: str) -> None:
 # --- event-loop lag monitor -------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("wait", ["known", "unknown"])
 async def test_every_stall_of_the_loop_is_reported(
-    database_url: str, caplog: pytest.LogCaptureFixture
+    database_url: str, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch, wait: str
 ) -> None:
     """Blocking the loop (here: a synchronous sleep in the test's own task, which shares the
     loop with the client) is reported once per stall, each within 50 ms of its length: in a
-    ``loop_lag`` event, a warning and the diagnostics (the longest stall, and a histogram)."""
+    ``loop_lag`` event, a warning and the diagnostics (the longest stall, and a histogram).
+    So it is on a loop whose wait for I/O the monitor does not know (every look a probe)."""
+    if wait == "unknown":
+        monkeypatch.setattr(_lag, "_idle_waits", lambda cancelled: frozenset())
     blocks = [0.3] * 5 + [1.2]
     caplog.set_level(logging.WARNING, logger="river_anyio")
     lags: list[float] = []
@@ -446,6 +451,29 @@ async def test_every_stall_of_the_loop_is_reported(
     assert warnings and all(r.levelno == logging.WARNING for r in warnings)
     messages = {r.getMessage() for r in warnings}
     assert all(f"event loop lag {lag * 1000:.0f} ms" in messages for lag in lags)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_an_idle_loop_is_not_probed(database_url: str, backend: str) -> None:
+    """The lag monitor's thread looks at the loop every tick and runs a probe on it only when
+    it is not waiting for I/O: an idle client's loop is not woken 20 times a second. (Run by
+    ``anyio.run`` itself: the test runner drives trio as a guest of its own loop, whose wait
+    the monitor does not know.)"""
+
+    async def idle() -> tuple[int, int, float]:
+        with anyio.fail_after(SOON):
+            async with river.open_client(
+                database_url, id=CLIENT, queues=queues(), workers=Gate().workers()
+            ) as run:
+                monitor = run._lag
+                looks, probes = monitor.looks, monitor.probes
+                await wait_until(lambda: monitor.looks >= looks + 20)
+                return monitor.looks - looks, monitor.probes - probes, monitor.last
+
+    looked, probed, last = anyio.run(idle, backend=backend)
+    # a look may fall on the loop's brief work (a poll, this test's own checks)
+    assert probed <= 5, (probed, looked)
+    assert last < 0.05
 
 
 # --- rows claimed ahead of free slots ----------------------------------------------------------
