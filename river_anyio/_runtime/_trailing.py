@@ -19,6 +19,7 @@ River. A client that stops sends what it still owes at once (shielded, within
 from __future__ import annotations
 
 import logging
+import time
 
 import anyio
 
@@ -46,7 +47,7 @@ class TrailingNotifications:
         self._driver = driver
         self._limiter = limiter
         self._client_id = client_id
-        #: queue -> (the limiter's marker, the loop's time) at the latest commit owing one
+        #: queue -> (the limiter's marker, its clock's time) at the latest commit owing one
         self._owed: dict[str, tuple[float, float]] = {}
         self._wake = Wakeup()
         #: notifications sent (for tests and diagnostics)
@@ -57,7 +58,7 @@ class TrailingNotifications:
         whose latest notification the limiter refused."""
         refused = self._limiter.take_refused(queues)
         if refused:
-            now = anyio.current_time()
+            now = time.monotonic()  # the limiter's clock (no event-loop lookup per insert)
             for queue in refused:
                 self._owed[queue] = (self._limiter.marker(queue), now)
             self._wake.set()
@@ -83,10 +84,10 @@ class TrailingNotifications:
         while True:
             await self._wake.wait()
             while owed:
-                now = anyio.current_time()
+                now = time.monotonic()
                 due = {q: max(now + limiter.delay(q), at + GRACE) for q, (_, at) in owed.items()}
                 await anyio.sleep(min(due.values()) - now)
-                now = anyio.current_time()
+                now = time.monotonic()
                 ready = []
                 for queue, (marker, at) in list(owed.items()):
                     if limiter.allowed_since(queue, marker):
