@@ -127,20 +127,26 @@ async def test_a_body_exception_wins_over_a_service_failure(database_url: str) -
     assert (row.state, row.attempt) == (river.JobState.AVAILABLE, 0)
 
 
-async def test_a_service_failing_during_a_graceful_stop_is_a_crash(sqlite_url: str) -> None:
+async def work_one_job(faulty: FaultyDriver, worked: list[river.JobRow]) -> None:
+    """A client on ``faulty`` works one job (appended to ``worked`` once inserted) to its
+    completion, then stops gracefully."""
     gate = Gate()
     gate.release.set()
+    async with river.open_client(faulty, id=CLIENT, queues=queues(), workers=gate.workers()) as run:
+        with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
+            job = (await run.client.insert(Blocker())).job
+            worked.append(job)
+            await next_event(sub, river.EventKind.JOB_COMPLETED, job.id)
+
+
+async def test_a_service_failing_during_a_graceful_stop_is_a_crash(sqlite_url: str) -> None:
+    worked: list[river.JobRow] = []
     async with open_faulty(sqlite_url) as faulty:
         fail_on_cleanup(faulty)
         with pytest.raises(river.ClientCrashedError) as info:
-            async with river.open_client(
-                faulty, id=CLIENT, queues=queues(), workers=gate.workers()
-            ) as run:
-                with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
-                    job = (await run.client.insert(Blocker())).job
-                    await next_event(sub, river.EventKind.JOB_COMPLETED, job.id)
+            await work_one_job(faulty, worked)
     assert pytest.RaisesGroup(RuntimeError, flatten_subgroups=True).matches(info.value.__cause__)
-    assert (await read_job(sqlite_url, job.id)).state is river.JobState.COMPLETED
+    assert (await read_job(sqlite_url, worked[0].id)).state is river.JobState.COMPLETED
 
 
 # --- start-up failures ------------------------------------------------------------------------
@@ -354,18 +360,10 @@ async def test_the_notifier_reconnects_and_notifications_work_again(
 async def test_the_notifiers_loops_are_closed_when_the_client_stops(database_url: str) -> None:
     # a listener's notifications may come from an async generator: a loop left at a
     # cancellation must close it, not leave it to the garbage collector (trio warns)
-    gate = Gate()
-    gate.release.set()
     async with open_faulty(database_url) as faulty:
         with anyio.fail_after(SOON):
-            async with river.open_client(
-                faulty, id=CLIENT, queues=queues(), workers=gate.workers()
-            ) as run:
-                with run.subscribe(river.EventKind.JOB_COMPLETED) as sub:
-                    job = (await run.client.insert(Blocker())).job
-                    await next_event(sub, river.EventKind.JOB_COMPLETED, job.id)
-                assert faulty.loops and not any(loop.closed for loop in faulty.loops)
-    assert all(loop.closed for loop in faulty.loops)
+            await work_one_job(faulty, [])
+    assert faulty.loops and all(loop.closed for loop in faulty.loops)
 
 
 async def test_a_remote_cancel_missed_while_disconnected_is_reconciled(
