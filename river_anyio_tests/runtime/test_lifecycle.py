@@ -467,12 +467,13 @@ def test_an_idle_loop_is_not_probed(database_url: str, backend: str) -> None:
             ) as run:
                 monitor = run._lag
                 looks, probes = monitor.looks, monitor.probes
-                await wait_until(lambda: monitor.looks >= looks + 20)
+                await wait_until(lambda: monitor.looks >= looks + 40)
                 return monitor.looks - looks, monitor.probes - probes, monitor.last
 
     looked, probed, last = anyio.run(idle, backend=backend)
-    # a look may fall on the loop's brief work (a poll, this test's own checks)
-    assert probed <= 5, (probed, looked)
+    # a look may fall on the loop's brief work (start-up's last steps, a poll, this test's
+    # own checks); a monitor that does not know the wait probes at every look
+    assert probed <= looked // 4, (probed, looked)
     assert last < 0.05
 
 
