@@ -228,8 +228,7 @@ def _row_columns(p: JobInsertParams) -> list[str]:
         ("encoded_args", args), ("metadata", metadata), ("kind", p.kind), ("queue", p.queue),
         ("tags", tags),
     ):  # fmt: skip
-        if _SEP in value:
-            raise ValidationError(name, "must not contain the control character U+001E")
+        _check_column(name, value, 0)
     if p.tags and tags.count(_TAG_SEP) != len(p.tags) - 1:
         raise ValidationError("tags", "must not contain the control character U+001F")
     return [
@@ -337,7 +336,7 @@ def _copy_buffer(params: Sequence[JobInsertParams], columns: Sequence[str]) -> s
         scheduled = (
             f"{_time_text(p.scheduled_at, 'scheduled_at') or now}\t" if with_scheduled else ""
         )
-        tags = _copy_array(p.tags) if p.tags else "{}"
+        tags = _copy_array(p.tags)
         key = "\\\\x" + p.unique_key.hex() if p.unique_key else "\\N"
         states = format(p.unique_states, "08b") if p.unique_states else "\\N"
         lines.append(
