@@ -39,6 +39,20 @@ def test_builds_the_same_object_as_init() -> None:
         fast.id = 8  # type: ignore[misc]
 
 
+def test_a_class_that_is_not_frozen_gets_the_same_object_as_init() -> None:
+    @attrs.define(kw_only=True)
+    class Record:
+        a: int
+        b: str = "default"
+        c: list[int] = attrs.field(factory=list)
+
+    fast = positional_constructor(Record)(1, "b", [2])
+    assert fast == Record(a=1, b="b", c=[2])
+    assert type(fast) is Record
+    fast.a = 3  # still a mutable record
+    assert fast.a == 3
+
+
 def test_rejects_classes_it_would_get_wrong() -> None:
     @attrs.frozen
     class Validated:

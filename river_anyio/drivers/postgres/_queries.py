@@ -249,6 +249,11 @@ RETURNING {_COLS}, false"""
         ``attempted_by`` keeps its newest ``max - 1`` entries before the client id is appended.
         The outer query restores the fetch order (an UPDATE's RETURNING has none).
 
+        The update finds the picked rows through the primary key (``id = ANY(ARRAY(...))``):
+        joined with the CTE instead, a claim of a few hundred rows on a table of a few
+        thousand is planned as a hash join over a scan of the whole table, which costs
+        more than updating the rows.
+
         The claim never merges a GIN index's pending list (River's indexes on ``args`` and
         ``metadata``): whichever statement's index entries take the list past
         ``gin_pending_list_limit`` merges it, which holds that statement for 100 ms or more
@@ -281,8 +286,7 @@ WITH picked AS (
             THEN j.attempted_by[cardinality(j.attempted_by) - %s::integer + 2 :]
             ELSE coalesce(j.attempted_by, '{{}}')
         END || %s::varchar(255)
-    FROM picked
-    WHERE j.id = picked.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING {_JCOLS}
 )
 SELECT * FROM claimed ORDER BY priority, scheduled_at, id"""
@@ -343,7 +347,10 @@ RETURNING l.starts, round(extract(epoch FROM clock_timestamp()) * 1000000)::bigi
         (the guard); metadata updates merge either way. The guard is the UPDATE's own
         condition, so a row changed concurrently is judged on its newest version (PostgreSQL
         re-checks it after waiting for the row's lock), with no separate locking pass (one
-        costs about a fifth of the statement). Rows left alone are read back as they are;
+        costs about a fifth of the statement). Each update also reaches its rows through
+        the primary key (``id = ANY(ARRAY(...))`` beside the join), or a batch of a few
+        hundred on a table of a few thousand rows is planned as a hash join over a scan of
+        the whole table. Rows left alone are read back as they are;
         results follow the input order. ``lean``: only the ids of the completions that did
         not apply (usually none: nothing to decode when nobody needs the rows).
         """
@@ -401,6 +408,7 @@ WITH input AS (
         metadata = CASE WHEN i.metadata IS NULL THEN j.metadata ELSE j.metadata || i.metadata END
     FROM input AS i
     WHERE j.id = i.id
+        AND j.id = ANY(ARRAY(SELECT id FROM input))
         -- one expression, so no index on state can drive the join: the rows come by id
         AND CASE
             WHEN j.state = 'running'
@@ -412,7 +420,10 @@ WITH input AS (
     UPDATE {p}river_job AS j
     SET metadata = j.metadata || i.metadata
     FROM input AS i
-    WHERE j.id = i.id AND i.metadata IS NOT NULL AND i.id NOT IN (SELECT id FROM applied)
+    WHERE j.id = i.id
+        AND j.id = ANY(ARRAY(SELECT id FROM input WHERE metadata IS NOT NULL))
+        AND i.metadata IS NOT NULL
+        AND i.id NOT IN (SELECT id FROM applied)
     RETURNING {jcols}, false, i.ord
 )
 {"SELECT * FROM applied WHERE false" if lean else "SELECT * FROM applied"}
@@ -611,8 +622,7 @@ WITH picked AS (
     FOR UPDATE SKIP LOCKED
 ), deleted AS (
     DELETE FROM {p}river_job AS j
-    USING picked
-    WHERE j.id = picked.id
+    WHERE j.id = ANY(ARRAY(SELECT id FROM picked))
     RETURNING {_JCOLS}
 )
 SELECT * FROM deleted ORDER BY id"""
@@ -771,7 +781,7 @@ WITH eligible AS (
             ELSE j.metadata
         END
     FROM decided AS d
-    WHERE j.id = d.id
+    WHERE j.id = d.id AND j.id = ANY(ARRAY(SELECT id FROM eligible))
     RETURNING {_JCOLS}, d.discard
 )
 SELECT * FROM moved ORDER BY priority, scheduled_at, id"""
@@ -813,6 +823,7 @@ FROM unnest(
     %(states)s::text[]
 ) AS r(id, error, finalized_at, scheduled_at, state)
 WHERE j.id = r.id
+    AND j.id = ANY(%(ids)s::bigint[])
     AND j.state = 'running'
     AND j.attempted_at < %(stuck_horizon)s::timestamptz"""
 
