@@ -34,7 +34,8 @@ def test_type_expectations(path: Path, pytestconfig: pytest.Config) -> None:
     pytest.importorskip("mypy")
     expected = _expected(path)
     assert expected, f"{path.name} marks no expected errors"
-    cache = pytestconfig.cache.mkdir("mypy") if pytestconfig.cache is not None else None
+    cache_plugin = getattr(pytestconfig, "cache", None)  # absent with -p no:cacheprovider
+    cache = cache_plugin.mkdir("mypy") if cache_plugin is not None else None
     cmd = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml")]
     if cache is not None:
         cmd += ["--cache-dir", str(cache)]
