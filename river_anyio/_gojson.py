@@ -70,7 +70,10 @@ def encode(value: object) -> bytes:
     """Encode ``value`` as Go's ``json.Marshal`` would encode the equivalent Go value."""
     out: list[str] = []
     try:
-        _encode(value, out, 0)
+        if type(value) in _plans:  # an args struct already seen: straight to its plan
+            _encode_struct(value, out, 0)
+        else:
+            _encode(value, out, 0)
     except _PathError as err:
         path = "$" + "".join(reversed(err.path))
         raise err.exc_type(f"{err.message} at {path}") from None

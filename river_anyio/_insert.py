@@ -45,6 +45,24 @@ _NO_OPTS = InsertOpts()
 _KINDS: dict[type, str] = {}
 #: ``make_params(*values)``: a :class:`JobInsertParams` from its fields in order
 _make_params = positional_constructor(JobInsertParams)
+#: args class -> its kind, for the classes whose every instance takes River's defaults (no
+#: ``insert_opts``, no instance ``__dict__`` that could hold one); False for the others
+_PLAIN: dict[type, str | bool] = {}
+#: River's default queue, validated once
+_QUEUE_DEFAULT = validate_queue_name(QUEUE_DEFAULT)
+
+
+def _plain_kind(args: object, field: str) -> str | bool:
+    """The kind of ``args`` when its class sets no insert defaults of its own, else False."""
+    cls = type(args)
+    kind = args_kind(args, field)
+    plain = (
+        getattr(cls, "insert_opts", None) is None
+        and cls.__dictoffset__ == 0  # slotted: no instance can carry an ``insert_opts``
+        and not any(f.name == "insert_opts" for f in attrs.fields(cls))  # type: ignore[arg-type]
+    )
+    _PLAIN[cls] = kind if plain else False
+    return _PLAIN[cls]
 
 
 def args_kind(args: object, field: str = "args") -> str:
@@ -115,6 +133,16 @@ def build_insert_params(
     field: str = "args",
 ) -> JobInsertParams:
     """Resolve one job's row, computing its unique key when it is unique."""
+    if opts is None or opts is _NO_OPTS:
+        kind = _PLAIN.get(type(args))
+        if kind is None:
+            kind = _plain_kind(args, field)
+        if kind:
+            # no option at any level: River's defaults, the client's max attempts
+            return _make_params(
+                encode_args(args, field), kind, client_max_attempts, b"{}", PRIORITY_DEFAULT,
+                _QUEUE_DEFAULT, JobState.AVAILABLE, (), None, None, None, None,
+            )  # fmt: skip
     if opts is not None and not isinstance(opts, InsertOpts):
         raise ValidationError("opts", f"must be an InsertOpts or None, got {type(opts).__name__}")
     opts = opts or _NO_OPTS

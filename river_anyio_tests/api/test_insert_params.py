@@ -216,3 +216,26 @@ def test_custom_unique_states_mask() -> None:
         )
     )
     assert build(Plain(), opts).unique_states == 0b1101_1011
+
+
+@attrs.define(slots=False)
+class DictArgs:
+    kind: ClassVar[str] = "dict_args"
+    n: int = 1
+
+
+def test_args_without_defaults_build_what_every_level_resolved_builds() -> None:
+    """Args whose class sets no insert defaults skip resolving the levels; an explicit empty
+    ``InsertOpts`` goes the long way, and both must build the same row."""
+    for args in (Plain(), Plain(7), DictArgs(3)):
+        assert build(args) == build(args, river.InsertOpts())
+        assert build(args, client_max=4) == build(args, river.InsertOpts(), client_max=4)
+
+
+def test_an_instance_insert_opts_is_honoured() -> None:
+    """An instance with a ``__dict__`` may carry ``insert_opts`` of its own, even after an
+    instance of its class without one was built."""
+    assert build(DictArgs()).queue == "default"
+    args = DictArgs()
+    args.insert_opts = river.InsertOpts(queue="from_instance")  # type: ignore[attr-defined]
+    assert build(args).queue == "from_instance"
