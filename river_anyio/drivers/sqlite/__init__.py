@@ -36,6 +36,7 @@ from ._connection import MEMORY, ConnectionThread, check_sqlite_version, path_fr
 from ._dbapi import check_sqlite3_version, is_sqlite3_module
 from ._executor import SQLiteExecutor
 from ._listener import SQLiteListener
+from ._malloc import settle_allocator
 from ._queries import Queries
 
 __all__ = ["SQLiteDriver", "SQLiteExecutor", "SQLiteListener", "open_sqlite", "path_from_url"]
@@ -268,6 +269,7 @@ def _absolute(path: str, attach: dict[str, str]) -> tuple[str, dict[str, str]]:
 async def _open(
     path: str, schema: str | None, busy_timeout: float, attach: dict[str, str], module: Any
 ) -> AsyncIterator[SQLiteDriver]:
+    settle_allocator()  # once per process: see _malloc
     if not all(os.path.isabs(p) or p == MEMORY for p in (path, *attach.values())):
         # relative to the working directory as it is now: reading it is a system call
         path, attach = await anyio.to_thread.run_sync(_absolute, path, attach)
