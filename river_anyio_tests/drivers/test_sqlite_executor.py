@@ -14,10 +14,12 @@ import pytest
 
 from river_anyio._errors import DatabaseError, IntegrityError, UniqueViolationError
 from river_anyio._job import AttemptError, JobState
+from river_anyio._timeutil import format_sqlite_timestamp
 from river_anyio._unique import UNIQUE_STATES_BY_MASK, unique_states_mask
 from river_anyio.drivers._protocol import JobInsertParams
 from river_anyio.drivers.sqlite import SQLiteExecutor, open_sqlite
 from river_anyio.drivers.sqlite._connection import ConnectionThread, path_from_url
+from river_anyio.drivers.sqlite._queries import Queries
 
 pytestmark = pytest.mark.anyio
 
@@ -426,16 +428,17 @@ class _Statements:
 
 
 async def test_idle_claims_and_schedules_are_one_statement(sqlite_url: str) -> None:
-    """What an idle client repeats: a claim finding nothing is one autocommit statement (no
+    """What an idle client repeats: a claim finding nothing is one read (no write lock, no
     BEGIN/COMMIT), and the scheduler's transaction with nothing due never begins (one read);
-    with something due each still does its work."""
+    with something due each still does its work (a claim: the read, then one autocommit
+    update)."""
     with _Statements() as seen:
         async with open_sqlite(sqlite_url) as driver:
             ex = driver.executor()
             now = dt.datetime.now(UTC)
             seen.sql.clear()
             assert await ex.job_get_available(queue="default", max_to_lock=5, client_id="c") == []
-            assert seen.sql == ["UPDATE river_job"]
+            assert seen.sql == ["SELECT id"]
             seen.sql.clear()
             async with driver.transaction() as tx:
                 assert await tx.job_schedule(horizon=now, now=now, limit=10) == []
@@ -449,6 +452,36 @@ async def test_idle_claims_and_schedules_are_one_statement(sqlite_url: str) -> N
                 moved = await tx.job_schedule(horizon=now, now=now, limit=10)
             assert [m.job.id for m in moved] == [job.job.id]
             assert seen.sql[1] == "BEGIN IMMEDIATE" and seen.sql[-1] == "COMMIT"
+            seen.sql.clear()
             claimed = await ex.job_get_available(queue="default", max_to_lock=5, client_id="c")
+            assert seen.sql == ["SELECT id", "UPDATE river_job"]
             assert [j.id for j in claimed] == [job.job.id]
             assert claimed[0].state == JobState.RUNNING
+
+
+async def test_a_claim_updates_only_candidates_still_due_and_available(sqlite_url: str) -> None:
+    """A claim reads its candidates without the write lock, so another process may take or
+    change some of them before its update: the update claims only those still available,
+    due and in the queue."""
+    async with open_sqlite(sqlite_url) as driver:
+        ex = driver.executor()
+        inserted = await ex.job_insert_fast_many([params(n) for n in range(4)])
+        taken, moved, later, free = (r.job.id for r in inserted)
+    _, update = Queries(None).job_get_available
+    now = format_sqlite_timestamp(dt.datetime.now(UTC))
+    other = apsw.Connection(path_from_url(sqlite_url))
+    try:
+        # what other processes did between the claim's read and its update
+        other.execute("UPDATE river_job SET state = 'running', attempt = 1 WHERE id = ?", (taken,))
+        other.execute("UPDATE river_job SET queue = 'elsewhere' WHERE id = ?", (moved,))
+        other.execute(
+            "UPDATE river_job SET scheduled_at = '2999-01-01 00:00:00.000000' WHERE id = ?",
+            (later,),
+        )
+        chosen = json.dumps([taken, moved, later, free])
+        rows = other.execute(update, ("default", chosen, now, 100, None, "c")).fetchall()
+        assert [r[0] for r in rows] == [free]
+        attempts = dict(other.execute("SELECT id, attempt FROM river_job").fetchall())
+        assert attempts == {taken: 1, moved: 0, later: 0, free: 1}
+    finally:
+        other.close()

@@ -323,8 +323,9 @@ async def test_mixed_batch_is_one_hop(sqlite_url: str, monkeypatch: pytest.Monke
 
 
 async def test_completion_and_claim_plans(sqlite_url: str) -> None:
-    """The completion join is driven by the batch (rowid lookups); the claim uses River's
-    fetching index. A wrong plan is quadratic in the batch size."""
+    """The completion join is driven by the batch (rowid lookups); the claim's read uses River's
+    fetching index and its update the ids it read. A wrong plan is quadratic in the batch
+    size."""
     async with open_sqlite(sqlite_url) as driver:
         q = driver._queries
         ex = driver.executor()
@@ -337,10 +338,14 @@ async def test_completion_and_claim_plans(sqlite_url: str) -> None:
         # the rest are the metadata merge's subqueries over the row's own JSON, never a scan
         # of river_job
         assert not any(d.startswith(("SCAN j", "SCAN river_job")) for d in details)
-        plan = await ex.fetch_all(
-            "EXPLAIN QUERY PLAN " + q.job_get_available, ["q", 1, "", 100, None, "c"]
-        )
+        candidates, update = q.job_get_available
+        plan = await ex.fetch_all("EXPLAIN QUERY PLAN " + candidates, ["q", 1, ""])
         assert any("river_job_prioritized_fetching_index" in row[3] for row in plan), plan
+        # the update finds the candidates by id, never through an index walk or a scan
+        plan = await ex.fetch_all("EXPLAIN QUERY PLAN " + update, ["q", "[1]", "", 100, None, "c"])
+        details = [row[3] for row in plan]
+        assert details[0] == "SEARCH river_job USING INTEGER PRIMARY KEY (rowid=?)", details
+        assert not any(d.startswith("SCAN river_job") for d in details), details
 
 
 async def test_cancelled_batch_rolls_back(sqlite_url: str) -> None:

@@ -4,7 +4,7 @@
 Outages are real. On PostgreSQL the client talks to the server through a TCP proxy that
 closes every connection and refuses new ones (the shared server is never stopped). On SQLite
 "unreachable" means the database cannot be written: another connection holds its write lock,
-so every claim fails with ``DatabaseBusyError`` after the busy timeout; a SQLite client waiting
+so every claim that finds jobs fails with ``DatabaseBusyError`` after the busy timeout; a SQLite client waiting
 for its database is started on the fault-injecting driver with every transaction failing as a
 lost connection would (a missing directory is a configuration error, never waited for).
 """
@@ -175,13 +175,15 @@ async def test_a_postgres_outage_is_reported_and_its_end_too(pg_url: str) -> Non
 
 async def test_a_sqlite_database_that_cannot_be_written_is_reported(sqlite_url: str) -> None:
     """Claims and the completer's writes fail while another connection holds the lock: the
-    database, the queue and the results waiting to be written are each a reason."""
+    database, the queue and the results waiting to be written are each a reason. (A claim
+    reads its candidates without the lock, so the queue has one waiting: its one worker is
+    busy until the lock is taken.)"""
     gate = Gate()
     config = ClientConfig(completer_pauses=(0.05,))  # retried writes: no long pauses
     async with river.open_client(
         sqlite_url,
         config,
-        queues=queues(),
+        queues=queues(1),
         workers=gate.workers(),
         leader_election_disabled=True,
         fetch_poll_interval=0.1,
@@ -194,6 +196,7 @@ async def test_a_sqlite_database_that_cannot_be_written_is_reported(sqlite_url: 
         await health_until(run, lambda h: h.ok and bool(h.queues["default"].last_fetch_at), 5)
         job = (await run.client.insert(Blocker())).job
         await gate.started_event(job.id).wait()
+        waiting = (await run.client.insert(Blocker())).job
         async with sqlite_write_lock(sqlite_url):
             gate.release.set()  # it finishes; its result cannot be written
             down = await health_until(run, lambda h: not h.ok, DOWN_WITHIN)
@@ -207,6 +210,8 @@ async def test_a_sqlite_database_that_cannot_be_written_is_reported(sqlite_url: 
             assert "DatabaseBusyError" in (down.database_error or "")
         up = await health_until(run, lambda h: h.ok, UP_WITHIN)
         assert up.completer_backlog == 0
+        with anyio.fail_after(UP_WITHIN):
+            await gate.started_event(waiting.id).wait()
 
 
 # --- starting while the database is down -------------------------------------------------------

@@ -268,10 +268,18 @@ def _op_insert_no_returning(
 
 
 def _op_claim(
-    conn: apsw.Connection, sql: str, args: tuple[Any, ...], now: str | None = None
+    conn: apsw.Connection, sql: tuple[str, str], args: tuple[Any, ...], now: str | None = None
 ) -> list[JobRow]:
-    args = (*args[:2], _now() if now is None else now, *args[2:])
-    rows = conn.execute(sql, args).fetchall()
+    """``args``: queue, max_to_lock, max_attempted_by, kinds (JSON or None), client id."""
+    candidates, update = sql
+    queue, max_to_lock, max_attempted_by, kinds, client_id = args
+    at = _now() if now is None else now
+    read = (queue, max_to_lock, at) if kinds is None else (queue, max_to_lock, at, None, kinds)
+    ids = [str(row[0]) for row in conn.execute(candidates, read)]
+    if not ids:
+        return []
+    chosen = "[" + ",".join(ids) + "]"
+    rows = conn.execute(update, (queue, chosen, at, max_attempted_by, kinds, client_id)).fetchall()
     # RETURNING order is unspecified: put the rows back in claim order (the columns compared
     # are the ones the claim sorted on, as stored).
     rows.sort(key=lambda r: (r[11], r[13], r[0]))
@@ -281,7 +289,7 @@ def _op_claim(
 def _op_claim_limited(
     conn: apsw.Connection,
     q: Queries,
-    sql: str,
+    sql: tuple[str, str],
     args: tuple[Any, ...],
     rate_limit: RateLimit | None,
     global_max_workers: int | None,
@@ -575,7 +583,8 @@ class SQLiteExecutor(SharedOperations):
     ) -> list[JobRow]:
         """Claim up to ``max_to_lock`` due ``available`` jobs of ``queue``, in claim order.
 
-        One ``UPDATE … WHERE id IN (…) RETURNING``; ``attempted_at`` is the writer's clock.
+        The candidates' ids read without the write lock, then one ``UPDATE … RETURNING`` of
+        those still available (see ``Queries._claim``); ``attempted_at`` is the writer's clock.
         """
         if max_to_lock <= 0 or (kinds is not None and not kinds):
             return []

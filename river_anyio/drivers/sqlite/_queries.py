@@ -216,15 +216,28 @@ ON CONFLICT (unique_key) WHERE {_unique_index_predicate()}
 
     # --- the runtime's hot path ---------------------------------------------------------------
 
-    def _claim(self, *, kinds: bool) -> str:
-        # ?1 queue, ?2 max_to_lock, ?3 now, ?4 max_attempted_by, ?5 kinds (JSON array), ?6
-        # client. attempted_by keeps its last (?4 - 1) entries once full, then gets the client
-        # appended.
+    def _claim(self, *, kinds: bool) -> tuple[str, str]:
+        """A claim in two statements: the candidates' ids in claim order, read without the
+        write lock (an idle poll writes nothing), then the update of those still due and
+        available (another process may have taken some in between). One statement with the
+        ids' subquery and its LIMIT cost SQLite about 100 µs more per claim.
+
+        The read: ?1 queue, ?2 max_to_lock, ?3 now (?5 kinds, a JSON array). The update: ?1
+        queue, ?2 the ids (a JSON array), ?3 now, ?4 max_attempted_by, ?5 kinds, ?6 client.
+        attempted_by keeps its last (?4 - 1) entries once full, then gets the client appended.
+        """
         p = self.prefix
-        kind_filter = (
-            "\n        AND kind IN (SELECT k.value FROM json_each(?5) AS k)" if kinds else ""
-        )
-        return f"""
+        kind_filter = "\n    AND kind IN (SELECT k.value FROM json_each(?5) AS k)" if kinds else ""
+        due = f"queue = ?1\n    AND priority >= 0\n    AND scheduled_at <= ?3{kind_filter}"
+        candidates = f"""
+SELECT id
+FROM {p}river_job
+WHERE state = 'available'
+    AND {due}
+ORDER BY priority, scheduled_at, id
+LIMIT ?2"""
+        # +state: rowid lookups of the ids, not a walk of the state index
+        update = f"""
 UPDATE {p}river_job
 SET state = 'running',
     attempt = attempt + 1,
@@ -242,24 +255,18 @@ SET state = 'running',
         '$[#]',
         ?6
     )
-WHERE id IN (
-    SELECT id
-    FROM {p}river_job
-    WHERE state = 'available'
-        AND queue = ?1
-        AND priority >= 0
-        AND scheduled_at <= ?3{kind_filter}
-    ORDER BY priority, scheduled_at, id
-    LIMIT ?2
-)
+WHERE id IN (SELECT c.value FROM json_each(?2) AS c)
+    AND +state = 'available'
+    AND {due}
 RETURNING {JOB_COLUMNS}"""
+        return candidates, update
 
     @cached_property
-    def job_get_available(self) -> str:
+    def job_get_available(self) -> tuple[str, str]:
         return self._claim(kinds=False)
 
     @cached_property
-    def job_get_available_kinds(self) -> str:
+    def job_get_available_kinds(self) -> tuple[str, str]:
         return self._claim(kinds=True)
 
     # --- global queue limits (migration line river_anyio) -----------------------------------
