@@ -31,8 +31,6 @@ TEMPLATE_DB = "river_anyio_template"
 TEMPLATE_SCHEMA_DB = "river_anyio_template_schema"
 CUSTOM_SCHEMA = "river_custom"
 
-_pg_skip_reason: str | None = None
-
 #: The suite that runs the pytest plugin's fixtures under pytest-trio: collected only in its own
 #: pytest run with ``-p trio`` (the main suite runs with ``-p no:trio``).
 PYTEST_TRIO_SUITE = "pytest_trio_compat"
@@ -149,20 +147,26 @@ def _db_url(server_url: str, dbname: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(path="/" + dbname))
 
 
+def _pg_skip_reason() -> str | None:
+    """Why the PostgreSQL tests are skipped, or None when there is a server to use. Computed
+    the same in every process (pytest-xdist's workers and the one that reports)."""
+    if os.environ.get("RIVER_ANYIO_TEST_DATABASE_URL") or _find_pg_bin() is not None:
+        return None
+    return (
+        "PostgreSQL tests SKIPPED: RIVER_ANYIO_TEST_DATABASE_URL is unset and no initdb/pg_ctl "
+        "was found on PATH or under /usr/lib/postgresql/*/bin"
+    )
+
+
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[str | None]:
     """The admin URL of a PostgreSQL server, or None when there is none to use."""
-    global _pg_skip_reason
     url = os.environ.get("RIVER_ANYIO_TEST_DATABASE_URL")
     if url:
         yield url
         return
     bindir = _find_pg_bin()
     if bindir is None:
-        _pg_skip_reason = (
-            "PostgreSQL tests SKIPPED: RIVER_ANYIO_TEST_DATABASE_URL is unset and no initdb/pg_ctl "
-            "was found on PATH or under /usr/lib/postgresql/*/bin"
-        )
         yield None
         return
     with _throwaway_cluster(bindir) as url:
@@ -174,8 +178,8 @@ def pg_template(pg_server: str | None) -> Iterator[str]:
     """Name of a template database migrated once with ``river-anyio migrate-up``."""
     if pg_server is None:
         if os.environ.get("RIVER_ANYIO_REQUIRE_POSTGRES") == "1":
-            pytest.fail(_pg_skip_reason or "PostgreSQL required but unavailable")
-        pytest.skip(_pg_skip_reason or "no PostgreSQL")
+            pytest.fail(_pg_skip_reason() or "PostgreSQL required but unavailable")
+        pytest.skip(_pg_skip_reason() or "no PostgreSQL")
     import psycopg
 
     suffix = f"_{os.getpid()}"
@@ -233,8 +237,8 @@ def pg_empty_url(pg_server: str | None) -> Iterator[str]:
     """A fresh, empty PostgreSQL database (for migration tests)."""
     if pg_server is None:
         if os.environ.get("RIVER_ANYIO_REQUIRE_POSTGRES") == "1":
-            pytest.fail(_pg_skip_reason or "PostgreSQL required but unavailable")
-        pytest.skip(_pg_skip_reason or "no PostgreSQL")
+            pytest.fail(_pg_skip_reason() or "PostgreSQL required but unavailable")
+        pytest.skip(_pg_skip_reason() or "no PostgreSQL")
     with _cloned_db(pg_server, "template0") as url:
         yield url
 
@@ -284,5 +288,6 @@ def empty_database_url(request: pytest.FixtureRequest) -> str:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
-    if _pg_skip_reason:
-        terminalreporter.write_line("!" * 20 + " " + _pg_skip_reason + " " + "!" * 20, red=True)
+    reason = _pg_skip_reason()
+    if reason:
+        terminalreporter.write_line("!" * 20 + " " + reason + " " + "!" * 20, red=True)
