@@ -35,7 +35,7 @@ from ..._errors import ConfigError
 from ._connection import MEMORY, ConnectionThread, check_sqlite_version, path_from_url
 from ._dbapi import check_sqlite3_version, is_sqlite3_module
 from ._executor import SQLiteExecutor
-from ._listener import SQLiteListener
+from ._listener import OwnCommits, SQLiteListener
 from ._malloc import settle_allocator
 from ._queries import Queries
 
@@ -122,6 +122,7 @@ class SQLiteDriver:
         self._attach = dict(attach)
         self._queries = Queries(schema)
         self._listeners: weakref.WeakSet[SQLiteListener] = weakref.WeakSet()
+        self._own: OwnCommits | None = None  # opened with the first watching listener
         self._executor = SQLiteExecutor(writer, self._queries, on_notify=self._poke_listeners)
         self._finish_bound = writer.busy_timeout + _FINISH_GRACE
 
@@ -214,10 +215,23 @@ class SQLiteDriver:
         try:
             await listener.connect()
             self._listeners.add(listener)
+            if listener.watching:
+                await self._follow_own_commits(listener)
             yield listener
         finally:
             self._listeners.discard(listener)
+            if not any(other.watching for other in self._listeners):
+                self._writer.own_commits = None
             await listener.aclose()
+
+    async def _follow_own_commits(self, listener: SQLiteListener) -> None:
+        """Have the writer's thread prove which commits are its own, so the listener's watch
+        does not read the outbox for them (their notifications poke it)."""
+        if self._own is None:
+            self._own = await self._writer.run(OwnCommits.open, self._schema)
+        if self._own is not None:
+            listener.own_commits(self._own)
+            self._writer.own_commits = self._own
 
     def _poke_listeners(self) -> None:
         for listener in list(self._listeners):
@@ -225,7 +239,11 @@ class SQLiteDriver:
 
     async def aclose(self) -> None:
         """Finish queued work, close the connection and stop its thread."""
+        self._writer.own_commits = None
         await self._writer.aclose()
+        own, self._own = self._own, None
+        if own is not None:
+            own.close()
 
 
 def open_sqlite(

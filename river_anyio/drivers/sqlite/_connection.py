@@ -27,7 +27,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, Final, TypeVar, TypeVarTuple, cast
+from typing import TYPE_CHECKING, Any, Final, TypeVar, TypeVarTuple, cast
 
 import anyio
 import anyio.from_thread
@@ -38,6 +38,9 @@ import apsw
 from ..._errors import ConfigError, ConnectionLostError, DatabaseError
 from ._dbapi import dbapi_translator, is_interrupt, open_dbapi
 from ._errors import translate
+
+if TYPE_CHECKING:
+    from ._listener import OwnCommits
 
 __all__ = [
     "MIN_SQLITE_VERSION",
@@ -280,6 +283,9 @@ class ConnectionThread:
         #: Called (on the event loop, must not block) when the running unit is cancelled, to
         #: wake a unit that waits on something other than SQL (the listener's watch).
         self.cancel_hook: Callable[[], object] | None = None
+        #: Told of every unit of work this thread runs, so listeners know its commits (set
+        #: while a listener follows the WAL index; None costs nothing).
+        self.own_commits: OwnCommits | None = None
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -431,6 +437,9 @@ class ConnectionThread:
         if skip:
             item.error = _Skipped()
         else:
+            own = self.own_commits
+            if own is not None:
+                own.unit_begins()
             try:
                 item.value = item.fn(*item.args)
             except BaseException as exc:
@@ -442,6 +451,8 @@ class ConnectionThread:
             if not item.allow_open_tx and conn is not None and conn.in_transaction:
                 logger.warning("sqlite: a unit of work left a transaction open; rolling back")
                 rollback_quietly(conn)
+            if own is not None and conn is not None:
+                own.unit_ends(conn)
         self._wake(item.wake, item.done.set)
 
     def _wake(self, waker: Waker, callback: Callable[[], object]) -> None:

@@ -702,9 +702,13 @@ class SQLiteExecutor(SharedOperations):
 
     # ---- generic access ----------------------------------------------------------------------------
 
+    # SQL given here may write to the outbox: listeners are poked after it as after a
+    # notification, since they account for this driver's commits without reading it.
+
     async def exec_script(self, sql: str) -> None:
         """Run a multi-statement script (inside a transaction: don't include BEGIN/COMMIT)."""
         await self._write(lambda c: _op_exec_script(c, sql))
+        self._notified()
 
     async def fetch_all(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run one statement (``?`` placeholders) and return its rows.
@@ -712,12 +716,16 @@ class SQLiteExecutor(SharedOperations):
         Outside a transaction it runs in autocommit mode: one statement is its own transaction.
         """
         bound = tuple(params)
-        return await self._read(lambda c: _op_rows(c, sql, bound))
+        rows = await self._read(lambda c: _op_rows(c, sql, bound))
+        self._notified()
+        return rows
 
     async def execute(self, sql: str, params: Sequence[Any] = ()) -> int:
         """Run one statement (``?`` placeholders); returns the number of rows it changed."""
         bound = tuple(params)
-        return await self._write(lambda c: _op_execute(c, sql, bound))
+        changed = await self._write(lambda c: _op_execute(c, sql, bound))
+        self._notified()
+        return changed
 
     async def table_exists(self, table: str) -> bool:
         sql = self._q.table_exists

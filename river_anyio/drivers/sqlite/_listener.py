@@ -22,8 +22,10 @@ outbox query only when it changed. When it reads it:
 - without a WAL to watch (another journal mode, the in-memory database) the outbox itself is
   polled every :data:`POLL_INTERVAL`, as River's SQLite listener does.
 
-Reads caused by changes are at least :data:`READ_SPACING` apart, which bounds the reads this
-process's own busy writer causes. The reader thread waits in ``select()`` on the inotify
+Commits of this process's own writer connection change the header too, but need no read:
+their notifications poke the listener. :class:`OwnCommits` proves which change counters were
+the writer's own (see there), and a change made only of those is accounted for without SQL.
+Reads caused by other changes are at least :data:`READ_SPACING` apart. The reader thread waits in ``select()`` on the inotify
 descriptor and a pipe that a poke (or a cancellation) writes to, so neither waits for a tick.
 
 Reads run on the listener's own read-only connection (WAL readers never wait for the writer),
@@ -57,7 +59,14 @@ if TYPE_CHECKING:
     from ._connection import ConnectionThread
     from ._queries import Queries
 
-__all__ = ["IDLE_CHECK", "POLL_INTERVAL", "READ_SPACING", "WATCH_INTERVAL", "SQLiteListener"]
+__all__ = [
+    "IDLE_CHECK",
+    "POLL_INTERVAL",
+    "READ_SPACING",
+    "WATCH_INTERVAL",
+    "OwnCommits",
+    "SQLiteListener",
+]
 
 #: Poll interval without a WAL index to watch, as River's SQLite listener.
 POLL_INTERVAL: Final = 0.05
@@ -83,6 +92,10 @@ COALESCE: Final = 0.0001
 _WATCH_MAX: Final = 30.0
 _BATCH: Final = 256
 _HEADER: Final = 48  # one copy of the WAL index header
+_COUNTER: Final = struct.Struct("=I")  # its change counter (iChange), at offset 8, native order
+#: Change counters proven this writer's own that are remembered (the listener looks at the
+#: newest few: it reads the header within milliseconds of each commit).
+_OWN_SPANS: Final = 1024
 
 
 Rows = list[tuple[int, str, str]]
@@ -126,6 +139,126 @@ def _inotify_on(path: str) -> int | None:
     return fd
 
 
+def _open_wal_index(conn: apsw.Connection, schema: str | None) -> int | None:
+    """A read-only descriptor on the WAL index (``-shm``) of the database holding the
+    outbox, or None when it is not in WAL mode or is not a file."""
+    name = schema or "main"
+    if not hasattr(os, "pread"):
+        return None
+    row = conn.execute(f"PRAGMA {quote_ident(name)}.journal_mode").fetchone()
+    if not row or str(row[0]).lower() != "wal":
+        return None
+    path = conn.db_filename(name)
+    if not path:
+        return None
+    try:
+        return os.open(path + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+
+
+def _change_counter(both: bytes) -> int | None:
+    """The change counter of a read of the header's two copies, or None when they differ (a
+    writer is between its two copies: the read says nothing)."""
+    if len(both) != 2 * _HEADER or both[:_HEADER] != both[_HEADER:]:
+        return None
+    value: int = _COUNTER.unpack_from(both, 8)[0]
+    return value
+
+
+class OwnCommits:
+    """Which of the WAL index's change counters the driver's writer connection produced, so
+    the listener's watch accounts for those commits without reading the outbox.
+
+    SQLite adds one to the counter with every commit. The writer thread calls
+    :meth:`unit_ends` after each unit of work: it reads the counter, then ``PRAGMA
+    data_version`` (which changes only when *another* connection committed), then the counter
+    again as the next unit's starting point. When data_version did not change from one unit's
+    end to the next, every commit between the two counters was this connection's own. A commit
+    by anyone else in between changes data_version, so it is never taken for ours: the worst
+    a race costs is a read.
+    """
+
+    def __init__(self, shm: int, schema: str | None) -> None:
+        self._shm = shm
+        self._pragma = f"PRAGMA {quote_ident(schema or 'main')}.data_version"
+        self._lock = threading.Lock()
+        self._spans: dict[int, int] = {}  # counter before -> counter after, oldest first
+        self._mark: tuple[int, int] | None = None  # (data_version, counter) after a unit
+        self._running = False  # a unit of work is under way on the writer
+        self._waiting: list[Callable[[], object]] = []  # watches told to wait for its end
+
+    @classmethod
+    def open(cls, conn: apsw.Connection, schema: str | None) -> OwnCommits | None:
+        """On the writer's thread; None when there is no WAL index to follow."""
+        shm = _open_wal_index(conn, schema)
+        if shm is None:
+            return None
+        own = cls(shm, schema)
+        own.unit_ends(conn)  # the starting point for the writer's next unit
+        return own
+
+    def _counter(self) -> int | None:
+        try:
+            return _change_counter(os.pread(self._shm, 2 * _HEADER, 0))
+        except OSError:
+            return None
+
+    # ---- the writer's thread
+
+    def unit_begins(self) -> None:
+        self._running = True
+
+    def unit_ends(self, conn: apsw.Connection) -> None:
+        """Record the commits of the unit that just ended (and of any since the last)."""
+        end = self._counter()
+        try:
+            row = conn.execute(self._pragma).fetchone()
+        except Exception:  # interrupted, say: prove nothing this time
+            row = None
+        start = self._counter()
+        mark, self._mark = self._mark, None
+        if row is not None and start is not None:
+            self._mark = (int(row[0]), start)
+        with self._lock:
+            self._running = False
+            waiting, self._waiting = self._waiting, []
+            if (
+                mark is not None
+                and row is not None
+                and end is not None
+                and mark[0] == int(row[0])
+                and end > mark[1]
+            ):
+                self._spans[mark[1]] = end
+                if len(self._spans) > _OWN_SPANS:
+                    del self._spans[next(iter(self._spans))]
+        for wake in waiting:
+            wake()
+
+    # ---- the listener's thread
+
+    def explains(self, seen: int, now: int, wake: Callable[[], object]) -> bool | None:
+        """True if every commit from counter ``seen`` to ``now`` was the writer's own; None if
+        not (yet) but a unit is under way, whose end calls ``wake``; else False."""
+        with self._lock:
+            at = seen
+            while at < now:
+                nxt = self._spans.get(at)
+                if nxt is None:
+                    break
+                at = nxt
+            if at == now:
+                return True
+            if self._running:
+                self._waiting.append(wake)
+                return None
+            return False
+
+    def close(self) -> None:
+        os.close(self._shm)
+
+
 class _WalIndexWatch:
     """What tells the listener that the database holding the outbox changed: its WAL index
     header (the ``-shm`` file), an inotify descriptor on its ``-wal`` file (Linux) and a pipe
@@ -140,24 +273,17 @@ class _WalIndexWatch:
             os.set_inheritable(fd, False)
         self._seen = b""
         self._head = b""
+        #: The driver writer's own commits, accounted for without a read (None: every change
+        #: is read).
+        self.own: OwnCommits | None = None
 
     @classmethod
     def open(cls, conn: apsw.Connection, schema: str | None) -> _WalIndexWatch | None:
         """A watch on the database holding the outbox, or None when there is nothing to watch."""
-        name = schema or "main"
-        if not hasattr(os, "pread"):
+        shm = _open_wal_index(conn, schema)
+        if shm is None:
             return None
-        row = conn.execute(f"PRAGMA {quote_ident(name)}.journal_mode").fetchone()
-        if not row or str(row[0]).lower() != "wal":
-            return None
-        path = conn.db_filename(name)
-        if not path:
-            return None
-        try:
-            shm = os.open(path + "-shm", os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return None
-        watch = cls(shm, _inotify_on(path + "-wal"))
+        watch = cls(shm, _inotify_on(conn.db_filename(schema or "main") + "-wal"))
         watch.pending()
         watch.seen()
         return watch
@@ -166,15 +292,30 @@ class _WalIndexWatch:
         """Whether the header differs from the one last marked :meth:`seen` (True if it
         cannot be read: then only the outbox can tell)."""
         try:
-            self._head = os.pread(self._shm, _HEADER, 0)
+            self._head = os.pread(self._shm, 2 * _HEADER, 0)
         except OSError:
             self._head = b""
             return True
-        return self._head != self._seen
+        return self._head[:_HEADER] != self._seen[:_HEADER]
 
     def seen(self) -> None:
         """The header last read is accounted for (the outbox is about to be read)."""
         self._seen = self._head
+
+    def explained(self) -> bool | None:
+        """After :meth:`pending`: True if the change was the writer's own commits only (then it
+        is marked seen); None if that may be so once the writer's unit under way ends (which
+        wakes :meth:`wait`); False if the outbox must be read."""
+        own = self.own
+        if own is None:
+            return False
+        before, after = _change_counter(self._seen), _change_counter(self._head)
+        if before is None or after is None:
+            return False
+        verdict = own.explains(before, after, self.wake)
+        if verdict:
+            self.seen()
+        return verdict
 
     def wake(self) -> None:
         """Wake the reader thread's :meth:`wait` (from any thread; never blocks)."""
@@ -256,6 +397,7 @@ def _op_follow(
     look = look_first
     settle = 0
     written = False
+    hold_until = 0.0  # waiting for the writer's unit under way, to learn if it was its commit
     while True:
         if poked.is_set():
             poked.clear()
@@ -264,9 +406,21 @@ def _op_follow(
             return query(conn)
         now = time.monotonic()
         due = watch.pending() or look  # always read: seen() records this header
+        own = False
+        if due and not look:
+            verdict = watch.explained()
+            if verdict:
+                due, own = False, True  # only this process's writer committed: nothing to find
+            elif verdict is None:
+                hold_until = hold_until or now + SETTLE
+                if now < hold_until:
+                    written = False
+                    watch.wait(hold_until - now)
+                    continue
+            hold_until = 0.0
         if written:
             # the -wal file was written but the header not yet: a commit is under way
-            settle = 0 if due else SETTLE_TICKS
+            settle = 0 if due or own else SETTLE_TICKS
             written = False
         if due and now >= next_read:
             look = False
@@ -315,6 +469,11 @@ class SQLiteListener:
         self._watch = await self._reader.run(_op_watch, self._q.schema)
         if self._watch is not None:
             self._reader.cancel_hook = self._watch.wake
+
+    def own_commits(self, own: OwnCommits) -> None:
+        """Account for the driver writer's own commits without reading the outbox."""
+        if self._watch is not None:
+            self._watch.own = own
 
     @property
     def watching(self) -> bool:
