@@ -438,8 +438,9 @@ class ConnectionThread:
             item.error = _Skipped()
         else:
             own = self.own_commits
-            if own is not None:
-                own.unit_begins()
+            conn = self._conn
+            if own is not None and conn is not None:
+                own.unit_begins(conn)
             try:
                 item.value = item.fn(*item.args)
             except BaseException as exc:

@@ -170,13 +170,12 @@ class OwnCommits:
     """Which of the WAL index's change counters the driver's writer connection produced, so
     the listener's watch accounts for those commits without reading the outbox.
 
-    SQLite adds one to the counter with every commit. The writer thread calls
-    :meth:`unit_ends` after each unit of work: it reads the counter, then ``PRAGMA
-    data_version`` (which changes only when *another* connection committed), then the counter
-    again as the next unit's starting point. When data_version did not change from one unit's
-    end to the next, every commit between the two counters was this connection's own. A commit
-    by anyone else in between changes data_version, so it is never taken for ours: the worst
-    a race costs is a read.
+    SQLite adds one to the counter with every commit. The writer's thread brackets each unit
+    of work: before it, ``PRAGMA data_version`` (which changes only when *another* connection
+    committed) and then the counter; after it, the counter and then data_version again. When
+    data_version is the same at both ends, every commit between the two counters was the
+    unit's own: another connection's commit in between would have changed it. The worst a
+    race costs is a read.
     """
 
     def __init__(self, shm: int, schema: str | None) -> None:
@@ -184,7 +183,7 @@ class OwnCommits:
         self._pragma = f"PRAGMA {quote_ident(schema or 'main')}.data_version"
         self._lock = threading.Lock()
         self._spans: dict[int, int] = {}  # counter before -> counter after, oldest first
-        self._mark: tuple[int, int] | None = None  # (data_version, counter) after a unit
+        self._begun: tuple[int, int] | None = None  # (data_version, counter) as the unit began
         self._running = False  # a unit of work is under way on the writer
         self._waiting: list[Callable[[], object]] = []  # watches told to wait for its end
 
@@ -192,11 +191,7 @@ class OwnCommits:
     def open(cls, conn: apsw.Connection, schema: str | None) -> OwnCommits | None:
         """On the writer's thread; None when there is no WAL index to follow."""
         shm = _open_wal_index(conn, schema)
-        if shm is None:
-            return None
-        own = cls(shm, schema)
-        own.unit_ends(conn)  # the starting point for the writer's next unit
-        return own
+        return None if shm is None else cls(shm, schema)
 
     def _counter(self) -> int | None:
         try:
@@ -204,33 +199,31 @@ class OwnCommits:
         except OSError:
             return None
 
-    # ---- the writer's thread
-
-    def unit_begins(self) -> None:
-        self._running = True
-
-    def unit_ends(self, conn: apsw.Connection) -> None:
-        """Record the commits of the unit that just ended (and of any since the last)."""
-        end = self._counter()
+    def _version(self, conn: apsw.Connection) -> int | None:
         try:
             row = conn.execute(self._pragma).fetchone()
         except Exception:  # interrupted, say: prove nothing this time
-            row = None
-        start = self._counter()
-        mark, self._mark = self._mark, None
-        if row is not None and start is not None:
-            self._mark = (int(row[0]), start)
+            return None
+        return None if row is None else int(row[0])
+
+    # ---- the writer's thread
+
+    def unit_begins(self, conn: apsw.Connection) -> None:
+        self._running = True
+        version = self._version(conn)
+        counter = self._counter()
+        self._begun = None if version is None or counter is None else (version, counter)
+
+    def unit_ends(self, conn: apsw.Connection) -> None:
+        """Record the unit's commits as its own if no other connection committed meanwhile."""
+        end = self._counter()
+        version = self._version(conn)
+        begun, self._begun = self._begun, None
         with self._lock:
             self._running = False
             waiting, self._waiting = self._waiting, []
-            if (
-                mark is not None
-                and row is not None
-                and end is not None
-                and mark[0] == int(row[0])
-                and end > mark[1]
-            ):
-                self._spans[mark[1]] = end
+            if begun is not None and end is not None and version == begun[0] and end > begun[1]:
+                self._spans[begun[1]] = end
                 if len(self._spans) > _OWN_SPANS:
                     del self._spans[next(iter(self._spans))]
         for wake in waiting:
@@ -460,7 +453,7 @@ class SQLiteListener:
         self._wake = anyio.Event()
         self._poked = threading.Event()  # the same "look now", for the reader thread's watch
         self._watch: _WalIndexWatch | None = None
-        self._look = True  # read the outbox before watching again (a poke or rows came back)
+        self._look = True  # read the outbox before watching (first, or a full batch came back)
         self._closed = False
 
     async def connect(self) -> None:
@@ -555,7 +548,9 @@ class SQLiteListener:
             found = await self._reader.run(
                 _op_follow, query, watch, self._look, self._poked, self._reader.cancel_requested
             )
-            self._look = found is not None
+            # A read covers every commit up to the header it marked seen, so watching the
+            # header again is enough, unless the read stopped at its batch size.
+            self._look = found is not None and len(found) >= _BATCH
             return found or []
         rows = await self._reader.run(query)
         if not rows:
