@@ -170,12 +170,14 @@ class OwnCommits:
     """Which of the WAL index's change counters the driver's writer connection produced, so
     the listener's watch accounts for those commits without reading the outbox.
 
-    SQLite adds one to the counter with every commit. The writer's thread brackets each unit
-    of work: before it, ``PRAGMA data_version`` (which changes only when *another* connection
-    committed) and then the counter; after it, the counter and then data_version again. When
-    data_version is the same at both ends, every commit between the two counters was the
-    unit's own: another connection's commit in between would have changed it. The worst a
-    race costs is a read.
+    SQLite adds one to the counter with every commit. ``PRAGMA data_version`` changes only
+    when *another* connection committed. The writer's thread reads the counter before and
+    after each unit of work, and data_version before the unit (taken again only when the
+    counter moved since the last unit: someone else committed) and after it (only when the
+    counter moved during it). When data_version did not change from before the unit to after
+    it, every commit between the unit's two counters was its own: another connection's commit
+    in between would have changed it. The worst a race costs is a read. A unit that commits
+    nothing runs no statement for this.
     """
 
     def __init__(self, shm: int, schema: str | None) -> None:
@@ -183,7 +185,9 @@ class OwnCommits:
         self._pragma = f"PRAGMA {quote_ident(schema or 'main')}.data_version"
         self._lock = threading.Lock()
         self._spans: dict[int, int] = {}  # counter before -> counter after, oldest first
-        self._begun: tuple[int, int] | None = None  # (data_version, counter) as the unit began
+        self._version: int | None = None  # data_version, taken before ...
+        self._at = -1  # ... this counter was read (the last unit's end or this one's start)
+        self._begun = -1  # the counter as the unit under way began
         self._running = False  # a unit of work is under way on the writer
         self._waiting: list[Callable[[], object]] = []  # watches told to wait for its end
 
@@ -193,13 +197,14 @@ class OwnCommits:
         shm = _open_wal_index(conn, schema)
         return None if shm is None else cls(shm, schema)
 
-    def _counter(self) -> int | None:
+    def _counter(self) -> int:
         try:
-            return _change_counter(os.pread(self._shm, 2 * _HEADER, 0))
+            value = _change_counter(os.pread(self._shm, 2 * _HEADER, 0))
         except OSError:
-            return None
+            value = None
+        return -1 if value is None else value
 
-    def _version(self, conn: apsw.Connection) -> int | None:
+    def _data_version(self, conn: apsw.Connection) -> int | None:
         try:
             row = conn.execute(self._pragma).fetchone()
         except Exception:  # interrupted, say: prove nothing this time
@@ -210,20 +215,28 @@ class OwnCommits:
 
     def unit_begins(self, conn: apsw.Connection) -> None:
         self._running = True
-        version = self._version(conn)
         counter = self._counter()
-        self._begun = None if version is None or counter is None else (version, counter)
+        if counter < 0 or counter != self._at or self._version is None:
+            # someone else committed since the last unit (or nothing is known yet)
+            self._version = self._data_version(conn)
+            counter = self._counter()
+        self._begun = self._at = counter
 
     def unit_ends(self, conn: apsw.Connection) -> None:
         """Record the unit's commits as its own if no other connection committed meanwhile."""
         end = self._counter()
-        version = self._version(conn)
-        begun, self._begun = self._begun, None
+        begun = self._begun
+        span = False
+        if end >= 0 and begun >= 0 and end != begun:
+            version = self._data_version(conn)
+            span = version is not None and version == self._version and end > begun
+            self._version = version
+        self._at = end
         with self._lock:
             self._running = False
             waiting, self._waiting = self._waiting, []
-            if begun is not None and end is not None and version == begun[0] and end > begun[1]:
-                self._spans[begun[1]] = end
+            if span:
+                self._spans[begun] = end
                 if len(self._spans) > _OWN_SPANS:
                     del self._spans[next(iter(self._spans))]
         for wake in waiting:
