@@ -17,6 +17,8 @@ import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+import anyio.lowlevel
+
 from ._errors import ConfigError, ValidationError
 from ._insert import InsertManyParams, build_insert_params
 from ._job import InsertOpts, InsertResult, JobState
@@ -37,6 +39,8 @@ logger = logging.getLogger("river_anyio.client")
 
 _SCHEMA_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _ID_MAX = 100
+#: Rows of an ``insert_many`` built between two checkpoints (about 1.5 ms of the loop's time).
+_BUILD_ROWS = 500
 #: River's FetchCooldown default: insert notifications per queue are limited per this window
 #: (see :mod:`river_anyio._limiter` for the burst allowance).
 NOTIFY_COOLDOWN = 0.1
@@ -200,13 +204,17 @@ class Client:
             args, opts, client_max_attempts=self._max_attempts, now=utc_now, field=field
         )
 
-    def _many(self, items: Sequence[object]) -> list[JobInsertParams]:
+    async def _many(self, items: Sequence[object]) -> list[JobInsertParams]:
+        """The rows of a batch; a large one lets the event loop's other tasks run every
+        :data:`_BUILD_ROWS` rows (5,000 took it for 15 ms in one go)."""
         if isinstance(items, str | bytes) or not isinstance(items, Sequence):
             raise ValidationError("params", "must be a sequence of args or InsertManyParams", items)
         if not items:
             raise ValidationError("params", "no jobs to insert", items)
         out = []
         for i, item in enumerate(items):
+            if i and not i % _BUILD_ROWS:
+                await anyio.lowlevel.checkpoint()
             if isinstance(item, InsertManyParams):
                 out.append(self._params(item.args, item.opts, f"params[{i}].args"))
             else:
@@ -334,10 +342,10 @@ class Client:
 
     async def insert_many(self, params: Sequence[object]) -> list[InsertResult]:
         """Insert a batch in one statement and one transaction; results in input order."""
-        return await self._insert_many_own(self._many(params))
+        return await self._insert_many_own(await self._many(params))
 
     async def insert_many_tx(self, tx: object, params: Sequence[object]) -> list[InsertResult]:
-        built = self._many(params)
+        built = await self._many(params)
         if is_async_sqlalchemy(tx):
             tx = await async_dbapi_connection(tx)
         return await self._insert_many_on(self._driver.executor_for(tx), built)
@@ -347,14 +355,14 @@ class Client:
 
         On PostgreSQL this uses COPY, so a unique conflict fails the whole batch, as in River.
         """
-        built = self._many(params)
+        built = await self._many(params)
         async with self._driver.transaction() as tx:
             count = await self._insert_fast_on(tx, built)
         self._committed(built)
         return count
 
     async def insert_many_fast_tx(self, tx: object, params: Sequence[object]) -> int:
-        built = self._many(params)
+        built = await self._many(params)
         if is_async_sqlalchemy(tx):
             tx = await async_dbapi_connection(tx)
         return await self._insert_fast_on(self._driver.executor_for(tx), built)

@@ -8,6 +8,7 @@ import logging
 import re
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
+import anyio.lowlevel
 import psycopg
 from psycopg import pq
 from psycopg.types.numeric import Int8
@@ -59,6 +60,8 @@ _UTC = dt.UTC
 _SEP = "\x1e"  # between elements of a batch column (chr(30) in SQL)
 _TAG_SEP = "\x1f"  # between the tags of one job (chr(31) in SQL)
 _COPY_CHUNK = 1 << 20
+#: Rows of a COPY built between two checkpoints (about 2 ms of the loop's time).
+_COPY_ROWS = 1000
 _json_decode = json.JSONDecoder().decode
 
 
@@ -322,9 +325,12 @@ def _copy_array(values: tuple[str, ...]) -> str:
     return _copy_text("{" + inner + "}")
 
 
-def _copy_buffer(params: Sequence[JobInsertParams], columns: Sequence[str]) -> str:
-    """The batch in COPY text format, for the columns named (timestamps may be left out)."""
-    now = dt.datetime.now(_UTC).isoformat()
+def _copy_buffer(
+    params: Sequence[JobInsertParams], columns: Sequence[str], now: str | None = None
+) -> str:
+    """The batch in COPY text format, for the columns named (timestamps may be left out);
+    ``now`` stands in for timestamps no job sets (default: this process's clock now)."""
+    now = now or dt.datetime.now(_UTC).isoformat()
     with_created = "created_at" in columns
     with_scheduled = "scheduled_at" in columns
     text = _copy_text
@@ -507,18 +513,28 @@ class PostgresExecutor(SharedOperations):
             if not (c == "created_at" and all(p.created_at is None for p in params))
             and not (c == "scheduled_at" and all(p.scheduled_at is None for p in params))
         ]
-        try:
-            data = _copy_buffer(params, columns).encode()
-        except UnicodeDecodeError as exc:
-            raise ValidationError("encoded_args", f"must be UTF-8 JSON: {exc}") from None
+        # Built before the statement (bad input fails before any SQL), a slice at a time with
+        # the event loop's other tasks let in between: 5,000 rows take about 9 ms.
+        now = dt.datetime.now(_UTC).isoformat()
+        chunks: list[bytes] = []
+        for start in range(0, len(params), _COPY_ROWS):
+            if start:
+                await anyio.lowlevel.checkpoint()
+            try:
+                chunks.append(
+                    _copy_buffer(params[start : start + _COPY_ROWS], columns, now).encode()
+                )
+            except UnicodeDecodeError as exc:
+                raise ValidationError("encoded_args", f"must be UTF-8 JSON: {exc}") from None
         statement = self._q.job_copy(", ".join(columns))
 
         async def op(conn: psycopg.AsyncConnection[Any]) -> int:
             cur = conn.cursor()
             async with cur.copy(statement) as copy:
-                view = memoryview(data)
-                for start in range(0, len(view), _COPY_CHUNK):
-                    await copy.write(view[start : start + _COPY_CHUNK])
+                for data in chunks:
+                    view = memoryview(data)
+                    for start in range(0, len(view), _COPY_CHUNK):
+                        await copy.write(view[start : start + _COPY_CHUNK])
             return cur.rowcount
 
         return await self._run(op)
