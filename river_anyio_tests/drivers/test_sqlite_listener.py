@@ -167,6 +167,28 @@ async def test_listener_not_blocked_by_busy_writer(sqlite_url: str) -> None:
 # ---- noticing other connections' commits without SQL ------------------------------------------
 
 
+@contextlib.asynccontextmanager
+async def _forwarded(
+    listener: SQLiteListener,
+) -> AsyncIterator[Callable[[], Awaitable[Notification]]]:
+    """The listener iterated all along by a task of its own (so it watches between
+    notifications rather than reading once per ``__anext__``); yields "the next one"."""
+    send, receive = anyio.create_memory_object_stream[Notification](100)
+
+    async def forward() -> None:
+        async for note in listener:
+            await send.send(note)
+
+    async def next_one() -> Notification:
+        with anyio.fail_after(ARRIVAL):
+            return await receive.receive()
+
+    async with send, receive, anyio.create_task_group() as tg:
+        tg.start_soon(forward)
+        yield next_one
+        tg.cancel_scope.cancel("the test is done with the listener")
+
+
 class _OutboxReads:
     """Counts the outbox queries (``SELECT id, topic, payload FROM river_notification``) of
     the apsw connections opened while installed: an exec trace on each."""
@@ -215,15 +237,8 @@ async def test_idle_listener_reads_the_outbox_only_after_a_commit(sqlite_url: st
             if sys.platform.startswith("linux"):  # woken by inotify on the -wal file
                 assert listener._watch is not None and listener._watch.inotify is not None
             await listener.listen(TOPIC_INSERT)
-            send, receive = anyio.create_memory_object_stream[Notification](10)
-            async with send, receive, anyio.create_task_group() as tg:
-
-                async def forward() -> None:
-                    async for note in listener:
-                        await send.send(note)
-
-                base = reads.n
-                tg.start_soon(forward)
+            base = reads.n
+            async with _forwarded(listener) as next_one:
                 # listen() poked it: one read for that; then the listener waits (nothing
                 # commits here)
                 await _until(lambda: reads.n >= base + 1)
@@ -236,10 +251,8 @@ async def test_idle_listener_reads_the_outbox_only_after_a_commit(sqlite_url: st
                     _external, path, "INSERT INTO river_notification (topic, payload) "
                     "VALUES ('river_insert', 'theirs')",
                 )  # fmt: skip
-                with anyio.fail_after(ARRIVAL):
-                    assert (await receive.receive()).payload == "theirs"
+                assert (await next_one()).payload == "theirs"
                 assert reads.n > settled
-                tg.cancel_scope.cancel("test done")
 
 
 @pytest.mark.parametrize("mode", ["TRUNCATE", "RESTART", "PASSIVE"])
@@ -285,28 +298,19 @@ async def test_this_drivers_own_commits_cause_no_outbox_reads(sqlite_url: str) -
         async with open_sqlite(sqlite_url) as driver, driver.listener() as listener:
             assert listener.watching
             await listener.listen(TOPIC_INSERT)
-            send, receive = anyio.create_memory_object_stream[Notification](10)
-            async with send, receive, anyio.create_task_group() as tg:
-
-                async def forward() -> None:
-                    async for note in listener:
-                        await send.send(note)
-
-                base = reads.n
-                tg.start_soon(forward)
+            base = reads.n
+            async with _forwarded(listener) as next_one:
                 await _until(lambda: reads.n >= base + 1)  # listen()'s poke, as above
                 settled = reads.n
                 for i in range(200):
                     await _own_write(driver, i)
                 await anyio.to_thread.run_sync(_external_notify, path, TOPIC_INSERT, "theirs")
-                with anyio.fail_after(ARRIVAL):
-                    assert (await receive.receive()).payload == "theirs"
+                assert (await next_one()).payload == "theirs"
                 # One read for the other connection's commit, and a few where the listener
                 # looked while a unit of the writer was under way and stopped waiting for it
                 # (1-4 seen on a loaded machine). Without the accounting: 31-52, a read per own
                 # commit, at most one per 2 ms.
                 assert reads.n - settled <= 10
-                tg.cancel_scope.cancel("test done")
 
 
 async def test_only_the_writers_own_commits_are_taken_for_its_own(sqlite_url: str) -> None:
@@ -337,28 +341,6 @@ async def test_only_the_writers_own_commits_are_taken_for_its_own(sqlite_url: st
         await _own_write(driver, 6)
         await anyio.to_thread.run_sync(_external_notify, path, TOPIC_INSERT, "after")
         assert watch.pending() and watch.explained() is False
-
-
-@contextlib.asynccontextmanager
-async def _forwarded(
-    listener: SQLiteListener,
-) -> AsyncIterator[Callable[[], Awaitable[Notification]]]:
-    """The listener iterated all along by a task of its own (so it watches between
-    notifications rather than reading once per ``__anext__``); yields "the next one"."""
-    send, receive = anyio.create_memory_object_stream[Notification](100)
-
-    async def forward() -> None:
-        async for note in listener:
-            await send.send(note)
-
-    async def next_one() -> Notification:
-        with anyio.fail_after(ARRIVAL):
-            return await receive.receive()
-
-    async with send, receive, anyio.create_task_group() as tg:
-        tg.start_soon(forward)
-        yield next_one
-        tg.cancel_scope.cancel("the test is done with the listener")
 
 
 async def test_other_connections_commits_between_own_commits_are_all_delivered(
