@@ -25,8 +25,9 @@ outbox query only when it changed. When it reads it:
 Commits of this process's own writer connection change the header too, but need no read:
 their notifications poke the listener. :class:`OwnCommits` proves which change counters were
 the writer's own (see there), and a change made only of those is accounted for without SQL.
-Reads caused by other changes are at least :data:`READ_SPACING` apart. The reader thread waits in ``select()`` on the inotify
-descriptor and a pipe that a poke (or a cancellation) writes to, so neither waits for a tick.
+Reads caused by other changes are at least :data:`READ_SPACING` apart. The reader thread
+waits in ``select()`` on the inotify descriptor and a pipe that a poke (or a cancellation)
+writes to, so neither waits for a tick.
 
 Reads run on the listener's own read-only connection (WAL readers never wait for the writer),
 in its own thread, so they neither queue behind the writer's work nor delay it.
