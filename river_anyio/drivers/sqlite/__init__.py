@@ -227,11 +227,17 @@ class SQLiteDriver:
     async def _follow_own_commits(self, listener: SQLiteListener) -> None:
         """Have the writer's thread prove which commits are its own, so the listener's watch
         does not read the outbox for them (their notifications poke it)."""
-        if self._own is None:
-            self._own = await self._writer.run(OwnCommits.open, self._schema)
-        if self._own is not None:
-            listener.own_commits(self._own)
-            self._writer.own_commits = self._own
+        own = self._own
+        if own is None:
+            own = await self._writer.run(OwnCommits.open, self._schema)
+            if own is None:
+                return  # no WAL index to follow
+            if self._own is not None:  # another listener opened one meanwhile
+                own.close()
+                own = self._own
+            self._own = own
+        listener.own_commits(own)
+        self._writer.own_commits = own
 
     def _poke_listeners(self) -> None:
         for listener in list(self._listeners):
