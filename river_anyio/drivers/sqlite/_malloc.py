@@ -4,7 +4,7 @@ Every statement that writes a job's ``state`` evaluates the table's CHECK constr
 ``IN`` lists SQLite tests through temporary b-trees: the statement allocates and frees 200 to
 500 KB. Under glibc's defaults (blocks from 128 KB are mapped, free memory above 128 KB at the
 top of a heap goes back to the kernel), that memory is returned after every statement and
-faulted in again by the next: about 100 page faults a job at 200 jobs a second, and two to four
+faulted in again by the next: about 100 page faults a job at 200 jobs a second, and two to five
 times the CPU of the statement itself on a virtual machine.
 
 glibc raises both thresholds by itself the first time it frees a mapped block above them
