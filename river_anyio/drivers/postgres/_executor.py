@@ -325,12 +325,9 @@ def _copy_array(values: tuple[str, ...]) -> str:
     return _copy_text("{" + inner + "}")
 
 
-def _copy_buffer(
-    params: Sequence[JobInsertParams], columns: Sequence[str], now: str | None = None
-) -> str:
+def _copy_buffer(params: Sequence[JobInsertParams], columns: Sequence[str], now: str) -> str:
     """The batch in COPY text format, for the columns named (timestamps may be left out);
-    ``now`` stands in for timestamps no job sets (default: this process's clock now)."""
-    now = now or dt.datetime.now(_UTC).isoformat()
+    ``now`` stands in for the timestamps a job does not set."""
     with_created = "created_at" in columns
     with_scheduled = "scheduled_at" in columns
     text = _copy_text
