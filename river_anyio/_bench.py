@@ -13,7 +13,8 @@ Like River's own bench it empties ``river_job`` of the database given (so it ref
   flight), bursts of ``--insert-size`` concurrent ``insert`` calls, or one ``insert_many`` of
   ``--insert-size`` jobs. Each job carries ``time.time()`` taken just before the call that
   inserts it and the worker reads ``time.time()`` when the job's body starts: enqueue-to-start
-  with one clock (the machine's), whichever process inserted;
+  with one clock (the machine's), whichever process inserted, also reported in parts (the
+  insert call, inserted to claimed, claimed to the body's start);
 - continuous (``--duration`` alone): River's ``river bench`` method: a backlog of ``--backlog``
   jobs (River's 75,000) is inserted before the client starts, then every 250 ms topped up in
   batches of 5,000 by the working process; the rate is the jobs worked over the run.
@@ -139,8 +140,37 @@ class BenchResult:
     start_p50_ms: float = math.nan
     start_p95_ms: float = math.nan
     start_p99_ms: float = math.nan
+    #: Steady-rate mode: enqueue-to-start in its three parts (None when no job had all three)
+    parts: Parts | None = None
     #: Continuous mode: no row latencies (jobs wait behind the backlog by design).
     backlog: int | None = None
+
+
+@attrs.frozen(kw_only=True)
+class Parts:
+    """Enqueue-to-start of the steady-rate mode in its three parts, each in ms: the insert call
+    (``time.time()`` before it to after it returned: the job is committed), inserted to
+    claimed (to the row's ``attempted_at``, the database's time of the claim) and claimed to
+    the job body's start. Each part's p50 and p99 over every job, and its mean over the
+    slowest 1% of jobs (by enqueue-to-start): where the tail's time goes."""
+
+    insert: tuple[float, float, float]
+    to_claim: tuple[float, float, float]
+    to_start: tuple[float, float, float]
+
+
+def _parts(jobs: list[tuple[float, float, float]]) -> Parts | None:
+    """The breakdown of ``(insert, to_claim, to_start)`` per job, in ms."""
+    if not jobs:
+        return None
+    slowest = sorted(jobs, key=sum)[-max(1, len(jobs) // 100) :]
+
+    def part(i: int) -> tuple[float, float, float]:
+        values = [job[i] for job in jobs]
+        tail = sum(job[i] for job in slowest) / len(slowest)
+        return (_pct(values, 0.5), _pct(values, 0.99), tail)
+
+    return Parts(insert=part(0), to_claim=part(1), to_start=part(2))
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -197,10 +227,13 @@ async def _insert_backlog(plan: _Plan, total: int, out: TextIO) -> None:
 
 
 async def _work(plan: _Plan, out: TextIO) -> BenchResult:
-    started_ms: list[float] = []
+    #: steady-rate jobs started: n -> (time.time() before its insert, at its body's start)
+    started: dict[int, tuple[float, float]] = {}
+    #: n -> time.time() when the insert call of job n returned
+    returned: dict[int, float] = {}
 
     async def timed(ctx: WorkContext, job: Job[BenchTimedArgs]) -> None:
-        started_ms.append((time.time() - job.args.t) * 1000)
+        started[job.args.n] = (job.args.t, time.time())
 
     workers = Workers()
     workers.add(BenchArgs, _noop)
@@ -272,13 +305,15 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
             schedule = plan.schedule
             assert schedule is not None
             if plan.inserter == "process":
-                inserted, insert_seconds = await _insert_from_process(plan, schedule, done, out)
+                inserted, insert_seconds = await _insert_from_process(
+                    plan, schedule, done, out, returned
+                )
             else:
                 inserted, insert_seconds = await _insert_at_rate(
-                    client, schedule, lambda: done() - before, out
+                    client, schedule, lambda: done() - before, out, returned
                 )
             with anyio.move_on_after(FINISH_TIMEOUT) as finish:
-                while len(started_ms) < inserted or done() - before < inserted:  # noqa: ASYNC110
+                while len(started) < inserted or done() - before < inserted:  # noqa: ASYNC110
                     await anyio.sleep(0.005)
             timed_out = finish.cancelled_caught
         elapsed = time.perf_counter() - start
@@ -286,12 +321,13 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
         worked = done() - before
     if timed_out:
         print(
-            f"warning: {inserted - len(started_ms):,} of {inserted:,} jobs had not started "
+            f"warning: {inserted - len(started):,} of {inserted:,} jobs had not started "
             f"{FINISH_TIMEOUT:g}s after the last insert",
             file=out,
         )
     pickup: list[float] = []
     e2e: list[float] = []
+    parts: list[tuple[float, float, float]] = []
     if plan.total is not None or plan.rate is not None:
         async with open_driver(plan.url, schema=plan.schema) as driver:
             rows = await driver.executor().job_list(
@@ -307,6 +343,17 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
             for r in rows
             if r.finalized_at is not None
         ]
+        for r in rows:
+            if r.kind != BenchTimedArgs.kind or r.attempted_at is None:
+                continue
+            n = r.args["n"]
+            if n not in started or n not in returned:
+                continue
+            t, start = started[n]
+            after = returned[n]
+            claimed = r.attempted_at.timestamp()
+            parts.append(((after - t) * 1000, (claimed - after) * 1000, (start - claimed) * 1000))
+    started_ms = [(start - t) * 1000 for t, start in started.values()]
     return BenchResult(
         jobs=worked,
         seconds=elapsed,
@@ -323,6 +370,7 @@ async def _work(plan: _Plan, out: TextIO) -> BenchResult:
         start_p50_ms=_pct(started_ms, 0.5),
         start_p95_ms=_pct(started_ms, 0.95),
         start_p99_ms=_pct(started_ms, 0.99),
+        parts=_parts(parts),
         backlog=plan.backlog if plan.total is None and plan.rate is None else None,
     )
 
@@ -332,9 +380,11 @@ async def _insert_at_rate(
     schedule: InsertSchedule,
     worked: Callable[[], int] | None,
     out: TextIO | None,
+    returned: dict[int, float],
 ) -> tuple[int, float]:
     """Insert ``schedule.rate`` stamped jobs a second for ``schedule.duration``; returns how many
     and the seconds they took (the duration, or longer if the last insert returned later).
+    ``returned`` gets ``time.time()`` when each job's insert call returned, by job number.
 
     The schedule is fixed: tick j (``size`` jobs) is due at start + j * size / rate. A few tasks
     (``schedule.lanes``) each take the next due tick, so one slow insert does not delay the
@@ -351,6 +401,7 @@ async def _insert_at_rate(
     async def insert_one(n: int) -> None:
         nonlocal inserted
         await client.insert(BenchTimedArgs(n=n, t=time.time()))
+        returned[n] = time.time()
         inserted += 1
 
     async def insert_tick(first: int) -> None:
@@ -358,6 +409,9 @@ async def _insert_at_rate(
         if schedule.style == "many":
             t = time.time()
             await client.insert_many([BenchTimedArgs(n=first + k, t=t) for k in range(size)])
+            after = time.time()
+            for k in range(size):
+                returned[first + k] = after
             inserted += size
         elif schedule.style == "burst":
             async with anyio.create_task_group() as burst:
@@ -387,14 +441,31 @@ async def _insert_at_rate(
 
 
 async def _insert_from_process(
-    plan: _Plan, schedule: InsertSchedule, done: Callable[[], int], out: TextIO
+    plan: _Plan,
+    schedule: InsertSchedule,
+    done: Callable[[], int],
+    out: TextIO,
+    returned: dict[int, float],
 ) -> tuple[int, float]:
     """Run the steady-rate inserts in a separate OS process with its own client; returns how
-    many jobs it inserted and in how many seconds (its last line: ``COUNT SECONDS``)."""
+    many jobs it inserted and in how many seconds (its last line: ``COUNT SECONDS``), and
+    fills ``returned`` from the file where it wrote when each insert call returned."""
+    with tempfile.TemporaryDirectory(prefix="river_anyio_bench_") as tmp:
+        times = Path(tmp) / "returned.txt"
+        result = await _run_inserter(plan, schedule, done, out, times)
+        for line in (await anyio.Path(times).read_text()).splitlines():
+            n, at = line.split()
+            returned[int(n)] = float(at)
+    return result
+
+
+async def _run_inserter(
+    plan: _Plan, schedule: InsertSchedule, done: Callable[[], int], out: TextIO, times: Path
+) -> tuple[int, float]:
     argv = [sys.executable, "-m", "river_anyio._bench_inserter"]
     argv += ["--rate", repr(schedule.rate), "--duration", repr(schedule.duration)]
     argv += ["--insert", schedule.style, "--insert-size", str(schedule.size)]
-    argv += ["--loop", plan.loop]
+    argv += ["--loop", plan.loop, "--returned", str(times)]
     if plan.schema:
         argv += ["--schema", plan.schema]
     env = {**os.environ, URL_VARIABLE: plan.url}
@@ -421,15 +492,16 @@ async def _insert_from_process(
 
 
 async def insert_process_main(
-    url: str, *, schema: str | None, schedule: InsertSchedule
+    url: str, *, schema: str | None, schedule: InsertSchedule, returned: dict[int, float]
 ) -> tuple[int, float]:
-    """The separate inserter's body (``python -m river_anyio._bench_inserter``)."""
+    """The separate inserter's body (``python -m river_anyio._bench_inserter``); ``returned``
+    gets when each job's insert call returned."""
     options: ConfigOptions = {"schema": schema}
     if dialect_of_url(url) == "postgres":
         # a connection for every insert in flight
         options["driver_options"] = {"pool_max_size": schedule.in_flight}
     async with open_client(url, **options) as run:
-        return await _insert_at_rate(run.client, schedule, None, None)
+        return await _insert_at_rate(run.client, schedule, None, None, returned)
 
 
 def run_bench(
@@ -539,6 +611,8 @@ def run_bench(
             "(time.time() before the insert to time.time() at the job body's start; one clock)",
             file=out,
         )
+        if res.parts is not None:
+            print(_describe_parts(res.parts), file=out)
         assert schedule is not None
         achieved = res.inserted / res.insert_seconds if res.insert_seconds > 0 else 0.0
         print(
@@ -547,6 +621,24 @@ def run_bench(
             file=out,
         )
     return 0
+
+
+def _describe_parts(parts: Parts) -> str:
+    def part(name: str, values: tuple[float, float, float]) -> str:
+        p50, p99, tail = values
+        return f"{name} {p50:.2f} / {p99:.2f} / {tail:.2f} ms"
+
+    return (
+        "  in parts (p50 / p99 / mean over the slowest 1%): "
+        + "; ".join(
+            (
+                part("insert call", parts.insert),
+                part("inserted to claimed", parts.to_claim),
+                part("claimed to start", parts.to_start),
+            )
+        )
+        + " (claimed: the row's attempted_at, the database's time)"
+    )
 
 
 def parse_duration(text: str) -> float:

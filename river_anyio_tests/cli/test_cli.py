@@ -15,7 +15,7 @@ from typing import Literal
 
 import pytest
 
-from river_anyio._bench import parse_duration, run_bench
+from river_anyio._bench import _parts, parse_duration, run_bench
 from river_anyio._cli import main
 from river_anyio.migrate import all_migrations
 
@@ -275,15 +275,30 @@ def _percentiles(line: str) -> list[float]:
 
 
 def _check_enqueue_to_start(out: str) -> int:
-    """The steady-rate report: every inserted job worked, and ordered percentiles."""
+    """The steady-rate report: every inserted job worked, ordered percentiles, and
+    enqueue-to-start in parts that add up."""
     worked = int(re.search(r"worked ([\d,]+) jobs", out)[1].replace(",", ""))  # type: ignore[index]
     m = re.search(r"enqueue-to-start over ([\d,]+) jobs: (.*)", out)
     assert m, out
     inserted = int(m[1].replace(",", ""))
     assert worked == inserted, out
-    _percentiles(m[2])
+    p99 = _percentiles(m[2])[2]
     pickup = next(line for line in out.splitlines() if line.startswith("pickup latency"))
     assert len(_percentiles(pickup)) == 6  # pickup and end-to-end, each p50/p95/p99
+    parts = re.search(
+        r"in parts \(p50 / p99 / mean over the slowest 1%\): "
+        r"insert call (\S+) / (\S+) / (\S+) ms; inserted to claimed (\S+) / (\S+) / (\S+) ms; "
+        r"claimed to start (\S+) / (\S+) / (\S+) ms",
+        out,
+    )
+    assert parts, out
+    values = [float(v) for v in parts.groups()]
+    insert, to_start = values[0:3], values[6:9]
+    assert 0 < insert[0] <= insert[1] and 0 <= to_start[0] <= to_start[1], out
+    # Each job's parts add up to its enqueue-to-start. With fewer than 100 jobs, the slowest
+    # 1% is the slowest job, whose enqueue-to-start is the p99: the parts' means add up to it.
+    assert inserted < 100, out
+    assert sum(values[2::3]) == pytest.approx(p99, abs=0.02), out
     return inserted
 
 
@@ -364,6 +379,18 @@ def test_bench_insert_styles(
     assert 0 < inserted <= rate // 2, out
     assert inserted % size == 0, out  # a tick inserts all its jobs
     assert _achieved(out, rate, how) == inserted
+
+
+def test_bench_parts_of_enqueue_to_start() -> None:
+    """Each part's p50 and p99 over every job, and its mean over the slowest 1% of jobs by
+    their sum (here the slowest 2 of 200), whatever part made them slow."""
+    jobs = [(1.0, 0.5, 0.25)] * 150 + [(2.0, 1.0, 0.5)] * 48 + [(1.0, 9.0, 0.5), (7.0, 1.0, 3.0)]
+    parts = _parts(jobs)
+    assert parts is not None
+    assert parts.insert == (1.0, 2.0, 4.0)
+    assert parts.to_claim == (0.5, 1.0, 5.0)
+    assert parts.to_start == (0.25, 0.5, 1.75)
+    assert _parts([]) is None
 
 
 def test_bench_insert_flag_errors() -> None:
