@@ -386,10 +386,12 @@ async def _insert_at_rate(
     and the seconds they took (the duration, or longer if the last insert returned later).
     ``returned`` gets ``time.time()`` when each job's insert call returned, by job number.
 
-    The schedule is fixed: tick j (``size`` jobs) is due at start + j * size / rate. A few tasks
+    The connections the inserts use are opened first. The schedule is fixed: tick j (``size``
+    jobs) is due at start + j * size / rate. A few tasks
     (``schedule.lanes``) each take the next due tick, so one slow insert does not delay the
     next: a late tick is caught up, not dropped, until the duration is over.
     """
+    await _open_connections(client, schedule.in_flight)
     size = schedule.size
     interval = size / schedule.rate
     start = time.perf_counter()
@@ -438,6 +440,36 @@ async def _insert_at_rate(
             lanes.start_soon(take_ticks)
     await anyio.sleep(max(0.0, deadline - time.perf_counter()))  # the schedule spans it all
     return inserted, time.perf_counter() - start
+
+
+async def _open_connections(client: Client, wanted: int) -> None:
+    """Open the connections the inserts will use before the schedule starts (PostgreSQL): a
+    pool opens them on first use, and the first inserts of a run would otherwise wait for
+    them, tens of milliseconds each, which an application's pool has long done by the time it
+    runs steadily. Holds up to ``wanted`` pooled connections at once (no more than the pool's
+    size), then gives them back."""
+    if client.driver.dialect != "postgres":
+        return
+    from .drivers.postgres import PostgresDriver
+
+    driver = client.driver
+    assert isinstance(driver, PostgresDriver)
+    count = min(wanted, driver.statistics().max_size)
+    held = 0
+    all_held = anyio.Event()
+
+    async def hold() -> None:
+        nonlocal held
+        async with driver.transaction():
+            held += 1
+            if held == count:
+                all_held.set()
+            await all_held.wait()
+
+    with anyio.fail_after(FINISH_TIMEOUT):
+        async with anyio.create_task_group() as tg:
+            for _ in range(count):
+                tg.start_soon(hold)
 
 
 async def _insert_from_process(

@@ -13,10 +13,13 @@ import venv
 from pathlib import Path
 from typing import Literal
 
+import anyio
 import pytest
 
-from river_anyio._bench import _parts, parse_duration, run_bench
+from river_anyio import ConfigOptions, open_client
+from river_anyio._bench import _open_connections, _parts, parse_duration, run_bench
 from river_anyio._cli import main
+from river_anyio.drivers.postgres import PostgresDriver
 from river_anyio.migrate import all_migrations
 
 LATEST = len(all_migrations("sqlite"))
@@ -391,6 +394,29 @@ def test_bench_parts_of_enqueue_to_start() -> None:
     assert parts.to_claim == (0.5, 1.0, 5.0)
     assert parts.to_start == (0.25, 0.5, 1.75)
     assert _parts([]) is None
+
+
+@pytest.mark.anyio
+async def test_bench_opens_the_inserts_connections_first(database_url: str) -> None:
+    """Before its schedule starts, the steady-rate mode opens the connections its inserts will
+    use (as many as may be in flight, no more than the pool holds) and gives them back, so
+    the first inserts do not wait for connections; SQLite has no pool to fill."""
+    options: ConfigOptions = {}
+    if database_url.startswith("postgres"):
+        options["driver_options"] = {"pool_max_size": 12}
+    async with open_client(database_url, **options) as run:
+        driver = run.client.driver
+        with anyio.fail_after(10):
+            await _open_connections(run.client, 10)
+        if not isinstance(driver, PostgresDriver):
+            return
+        stats = driver.statistics()
+        # (the client's own services hold a few at most, never ten at once)
+        assert stats.size >= 10 and stats.in_use <= 2, stats
+        with anyio.fail_after(10):
+            await _open_connections(run.client, 16)  # more than the pool holds: all of it
+        stats = driver.statistics()
+        assert stats.size == 12 and stats.in_use <= 2, stats
 
 
 def test_bench_insert_flag_errors() -> None:
