@@ -2,7 +2,8 @@
 
 One OS thread owns the writer connection; every driver call is one hop to it (see
 ``_connection``). Listeners follow River's ``river_notification`` outbox on a read-only
-connection of their own.
+connection of their own. A checkpointer thread, woken by the writer's commits, copies the WAL
+back into the database with a connection of its own (see ``_checkpoint``).
 
 Open it with :func:`open_sqlite`::
 
@@ -21,6 +22,7 @@ two SQLite libraries on one file in one process break each other's locks.
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
@@ -30,8 +32,10 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any, Final, Literal
 
 import anyio
+import anyio.to_thread
 
 from ..._errors import ConfigError
+from ._checkpoint import Checkpointer
 from ._connection import MEMORY, ConnectionThread, check_sqlite_version, path_from_url
 from ._dbapi import check_sqlite3_version, is_sqlite3_module
 from ._executor import SQLiteExecutor
@@ -45,6 +49,10 @@ _IDENT_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCHEMA_MAX: Final = 46  # River's client limit for schema names
 # Extra time a COMMIT/ROLLBACK may take beyond the busy timeout before it is abandoned.
 _FINISH_GRACE: Final = 10.0
+#: The longest a closing driver waits for its checkpointer's thread to end.
+_JOIN_TIMEOUT: Final = 10.0
+
+logger = logging.getLogger("river_anyio.driver")
 
 
 def _validate_identifier(field: str, value: object) -> str:
@@ -116,8 +124,10 @@ class SQLiteDriver:
         *,
         schema: str | None,
         attach: Mapping[str, str],
+        checkpointer: Checkpointer | None = None,
     ) -> None:
         self._writer = writer
+        self._checkpointer = checkpointer
         self._schema = schema
         self._attach = dict(attach)
         self._queries = Queries(schema)
@@ -247,6 +257,9 @@ class SQLiteDriver:
         """Finish queued work, close the connection and stop its thread."""
         self._writer.own_commits = None
         await self._writer.aclose()
+        if self._checkpointer is not None:
+            with anyio.CancelScope(shield=True):
+                await _stop_checkpointer(self._checkpointer)
         own, self._own = self._own, None
         if own is not None:
             own.close()
@@ -297,11 +310,22 @@ async def _open(
     if not all(os.path.isabs(p) or p == MEMORY for p in (path, *attach.values())):
         # relative to the working directory as it is now: reading it is a system call
         path, attach = await anyio.to_thread.run_sync(_absolute, path, attach)
-    writer = ConnectionThread(
-        path, busy_timeout=busy_timeout, attach=attach, name="river-sqlite-writer", module=module
+    # WAL checkpoints off the commits' path (apsw connections to a file)
+    checkpointer = (
+        None if path == MEMORY or module is not None else Checkpointer(path, attach=attach)
     )
-    await writer.start()
+    writer = ConnectionThread(
+        path,
+        busy_timeout=busy_timeout,
+        attach=attach,
+        name="river-sqlite-writer",
+        module=module,
+        wal_hook=None if checkpointer is None else checkpointer.wal_hook,
+    )
+    if checkpointer is not None:
+        checkpointer.start()
     try:
+        await writer.start()
         if schema is not None:
             names = await writer.run(
                 lambda c: [str(r[1]) for r in c.execute("PRAGMA database_list")]
@@ -313,8 +337,21 @@ async def _open(
                     "pass attach={name: path} to attach it",
                     schema,
                 )
-        driver = SQLiteDriver(writer, schema=schema, attach=attach)
+        driver = SQLiteDriver(writer, schema=schema, attach=attach, checkpointer=checkpointer)
         yield driver
     finally:
         with anyio.CancelScope(shield=True):
             await writer.aclose()
+            if checkpointer is not None:
+                await _stop_checkpointer(checkpointer)
+
+
+async def _stop_checkpointer(checkpointer: Checkpointer) -> None:
+    """Stop the checkpointer's thread (after the writer's: the last connection closed
+    checkpoints what is left) and join it outside the event loop, for ``_JOIN_TIMEOUT`` at
+    most (a ``PASSIVE`` checkpoint waits for no lock; the thread is a daemon)."""
+    thread = checkpointer.stop()
+    if thread is not None:
+        await anyio.to_thread.run_sync(thread.join, _JOIN_TIMEOUT)
+        if thread.is_alive():
+            logger.warning("sqlite: the checkpointer of %s did not stop", checkpointer.path)

@@ -259,6 +259,7 @@ class ConnectionThread:
         attach: Mapping[str, str] | None = None,
         name: str = "river-sqlite",
         module: Any = None,
+        wal_hook: Callable[[apsw.Connection, str, int], int] | None = None,
     ) -> None:
         self.path = path
         self.readonly = readonly
@@ -268,6 +269,9 @@ class ConnectionThread:
         self.busy_timeout = busy_timeout
         self._attach = dict(attach or {})
         self._name = name
+        #: the WAL hook of a writer's apsw connection to a file (it replaces SQLite's own
+        #: checkpoints from commits: see ``_checkpoint``)
+        self._wal_hook = wal_hook
         self._queue: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
         self._lock = threading.Lock()  # guards _current and item.cancelled
         self._current: _Item | None = None
@@ -512,6 +516,8 @@ class ConnectionThread:
                     if str(mode).lower() != "wal":
                         logger.warning("sqlite: %s: journal_mode is %s, not wal", schema, mode)
                     conn.pragma("synchronous", "normal", schema=schema)
+                if self._wal_hook is not None:
+                    conn.set_wal_hook(self._wal_hook)
         except BaseException:
             conn.close()
             raise
