@@ -121,6 +121,31 @@ async def test_the_driver_checkpoints_off_its_writers_commits(sqlite_url: str) -
 
 
 @pytest.mark.anyio
+async def test_an_attached_databases_wal_is_checkpointed_too(
+    sqlite_url: str, tmp_path: Path
+) -> None:
+    """River's tables in an attached database: commits to it wake the thread for that
+    database, whose WAL the thread checkpoints."""
+    river_db = path_from_url(sqlite_url)
+    async with open_sqlite(
+        str(tmp_path / "app.sqlite3"), schema="river", attach={"river": river_db}
+    ) as driver:
+
+        def fill(conn: apsw.Connection) -> None:
+            conn.execute("CREATE TABLE IF NOT EXISTS river.filler (x BLOB)")
+            for _ in range(CHECKPOINT_PAGES + 200):
+                conn.execute("INSERT INTO river.filler VALUES (randomblob(3000))")
+
+        await driver._writer.run(fill)
+        checkpointer = driver._checkpointer
+        assert checkpointer is not None
+        assert await anyio.to_thread.run_sync(checkpointer.wait_checkpoints, 1, PROMPTLY)
+        assert checkpointer.last is not None
+        database, (pages, copied) = checkpointer.last
+        assert database == "river" and pages > 0 and copied > 0
+
+
+@pytest.mark.anyio
 async def test_a_sqlite3_module_keeps_sqlites_own_checkpoints(sqlite_url: str) -> None:
     """With a ``sqlite3``-API module there is no WAL hook to take over: no checkpointer,
     and SQLite's autocheckpoint (1,000 pages) stays."""
