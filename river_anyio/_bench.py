@@ -387,9 +387,9 @@ async def _insert_at_rate(
     ``returned`` gets ``time.time()`` when each job's insert call returned, by job number.
 
     The connections the inserts use are opened first. The schedule is fixed: tick j (``size``
-    jobs) is due at start + j * size / rate. A few tasks
-    (``schedule.lanes``) each take the next due tick, so one slow insert does not delay the
-    next: a late tick is caught up, not dropped, until the duration is over.
+    jobs) is due at start + j * size / rate. A few tasks (``schedule.lanes``) each take the
+    next due tick, so one slow insert does not delay the next: a late tick is caught up, not
+    dropped, until the duration is over.
     """
     await _open_connections(client, schedule.in_flight)
     size = schedule.size
