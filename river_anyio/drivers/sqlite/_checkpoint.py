@@ -75,12 +75,11 @@ class Checkpointer:
         self._behind_pages = behind_pages
         #: per database (``main`` or an attached one): the WAL's pages its last checkpoint
         #: copied (written by either thread, each write one dict item under the interpreter
-        #: lock), and the databases the thread is to checkpoint (under ``_lock``)
+        #: lock), and the databases the thread is to checkpoint (under ``_wake``, which
+        #: commits and stop() notify)
         self._copied: dict[str, int] = {}
         self._wanted: set[str] = set()
-        self._lock = threading.Lock()
-        #: set by a commit that found the WAL at ``checkpoint_pages`` or more, or by stop()
-        self._due = threading.Event()
+        self._wake = threading.Condition()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         #: checkpoints run by the thread (notified under ``_ran``), and by committing
@@ -98,8 +97,9 @@ class Checkpointer:
     def stop(self) -> threading.Thread | None:
         """Ask the thread to end (after the checkpoint it may be running); returns it, for
         the caller to join outside the event loop."""
-        self._stop.set()
-        self._due.set()
+        with self._wake:
+            self._stop.set()
+            self._wake.notify()
         thread, self._thread = self._thread, None
         return thread
 
@@ -116,9 +116,9 @@ class Checkpointer:
             copied = 0
         left = pages - copied
         if left >= self._checkpoint_pages:
-            with self._lock:
+            with self._wake:
                 self._wanted.add(dbname)
-            self._due.set()
+                self._wake.notify()
         if pages >= self._restart_pages and (
             left <= self._finish_pages or pages >= self._behind_pages
         ):
@@ -139,11 +139,10 @@ class Checkpointer:
         conn: apsw.Connection | None = None
         try:
             while True:
-                self._due.wait()
-                if self._stop.is_set():
-                    return
-                self._due.clear()
-                with self._lock:
+                with self._wake:
+                    self._wake.wait_for(lambda: self._wanted or self._stop.is_set())
+                    if self._stop.is_set():
+                        return
                     wanted, self._wanted = self._wanted, set()
                 for dbname in sorted(wanted):
                     try:
