@@ -46,7 +46,7 @@ from ._insert import InsertManyParams
 from ._job import JobState
 from ._runtime._entry import open_client
 from ._work import Job, WorkContext, Workers
-from .drivers import dialect_of_url, open_driver, redact_url
+from .drivers import Driver, dialect_of_url, open_driver, redact_url
 from .migrate import Migrator
 from .migrate._migrator import quote_schema
 
@@ -198,28 +198,38 @@ class _Plan:
 
 async def _bench(plan: _Plan, out: TextIO) -> BenchResult:
     async with open_driver(plan.url, schema=plan.schema) as driver:
-        await Migrator(driver).up()  # River's bench migrates too (an in-memory database)
-        async with driver.transaction() as tx:
-            await tx.execute(f"DELETE FROM {quote_schema(plan.schema)}river_job")
-        if driver.dialect == "postgres":
-            # River's bench also VACUUM FULLs the table, so every run starts from the same state
-            try:
-                await driver.executor().execute(f"VACUUM FULL {quote_schema(plan.schema)}river_job")
-            except DatabaseError as exc:
-                print(f"(VACUUM FULL river_job skipped: {exc})", file=out)
+        await clear_jobs(driver, plan.schema, out)
         if getattr(driver, "path", None) == ":memory:":
             # the process's in-memory database lives while a driver has it open
             return await _work(plan, out)
     return await _work(plan, out)
 
 
-async def _insert_backlog(plan: _Plan, total: int, out: TextIO) -> None:
-    """Insert ``total`` no-op jobs with a client of their own, before the working one starts."""
-    insert_start = time.perf_counter()
-    async with open_client(plan.url, schema=plan.schema) as inserter:
+async def clear_jobs(driver: Driver, schema: str | None, out: TextIO) -> None:
+    """Migrate the database and delete every job, so each run starts from the same state."""
+    await Migrator(driver).up()  # River's bench migrates too (an in-memory database)
+    async with driver.transaction() as tx:
+        await tx.execute(f"DELETE FROM {quote_schema(schema)}river_job")
+    if driver.dialect == "postgres":
+        # River's bench also VACUUM FULLs the table
+        try:
+            await driver.executor().execute(f"VACUUM FULL {quote_schema(schema)}river_job")
+        except DatabaseError as exc:
+            print(f"(VACUUM FULL river_job skipped: {exc})", file=out)
+
+
+async def insert_noop_jobs(database: str | Driver, schema: str | None, total: int) -> None:
+    """Insert ``total`` no-op jobs with a client of their own."""
+    async with open_client(database, schema=schema) as inserter:
         for lo in range(0, total, INSERT_CHUNK):
             n = min(INSERT_CHUNK, total - lo)
             await inserter.client.insert_many_fast([BenchArgs(n=lo + i) for i in range(n)])
+
+
+async def _insert_backlog(plan: _Plan, total: int, out: TextIO) -> None:
+    """Insert ``total`` no-op jobs with a client of their own, before the working one starts."""
+    insert_start = time.perf_counter()
+    await insert_noop_jobs(plan.url, plan.schema, total)
     print(
         f"inserted {total:,} jobs in {time.perf_counter() - insert_start:.2f}s; working...",
         file=out,

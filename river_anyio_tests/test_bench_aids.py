@@ -58,7 +58,11 @@ async def test_the_drain_profile_accounts_for_every_job(database_url: str) -> No
 
 @pytest.mark.parametrize(
     "argv",
-    [["--database-url", "sqlite://x.db"], ["--database-url", "sqlite://x.db", "--yes", "-n", "0"]],
+    [
+        ["--database-url", "sqlite://x.db"],
+        ["--database-url", "sqlite://x.db", "--yes", "-n", "0"],
+        ["--database-url", "sqlite://x.db", "--yes", "--max-workers", "-2"],
+    ],
 )
 def test_the_drain_profile_refuses_without_yes_or_with_no_jobs(
     argv: list[str], capsys: pytest.CaptureFixture[str]

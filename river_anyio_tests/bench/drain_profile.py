@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import gc
 import statistics
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -34,9 +35,8 @@ import anyio
 import attrs
 
 from river_anyio import Config, QueueConfig, Workers, open_client
-from river_anyio._bench import INSERT_CHUNK, BenchArgs, _noop
+from river_anyio._bench import BenchArgs, _noop, clear_jobs, insert_noop_jobs
 from river_anyio.drivers import Driver, Executor, open_driver
-from river_anyio.migrate import Migrator
 
 
 @attrs.frozen
@@ -147,7 +147,8 @@ class TimedDriver:
         self.claims: list[Statement] = []
         self.completions: list[Statement] = []
         self.written = 0
-        self.cpu = [0.0, 0.0]
+        self.cpu_start = 0.0
+        self.cpu_end = 0.0
         self.done = anyio.Event()
         self._garbage = garbage
 
@@ -160,7 +161,7 @@ class TimedDriver:
     def claiming(self) -> None:
         """A claim begins: the first one starts the drain's clocks."""
         if not self._garbage.on and not self.done.is_set():
-            self.cpu[0] = time.process_time()
+            self.cpu_start = time.process_time()
             self._garbage.on = True
 
     def claimed(self, start: float, jobs: int) -> None:
@@ -173,7 +174,7 @@ class TimedDriver:
         self.completions.append(Statement(start, time.perf_counter(), jobs))
         self.written += jobs
         if self.written >= self.total:
-            self.cpu[1] = time.process_time()
+            self.cpu_end = time.process_time()
             self._garbage.on = False
             self.done.set()
 
@@ -204,15 +205,8 @@ async def profile(url: str, *, total: int, max_workers: int = 50) -> Profile:
     """Drain ``total`` no-op jobs from the database at ``url`` (every job in it is deleted
     first) and profile the drain."""
     async with open_driver(url) as driver:
-        await Migrator(driver).up()
-        async with driver.transaction() as tx:
-            await tx.execute("DELETE FROM river_job")
-        if driver.dialect == "postgres":
-            await driver.executor().execute("VACUUM FULL river_job")
-        async with open_client(driver) as inserter:
-            for lo in range(0, total, INSERT_CHUNK):
-                n = min(INSERT_CHUNK, total - lo)
-                await inserter.client.insert_many_fast([BenchArgs(n=lo + i) for i in range(n)])
+        await clear_jobs(driver, None, sys.stdout)
+        await insert_noop_jobs(driver, None, total)
         workers = Workers()
         workers.add(BenchArgs, _noop)
         config = Config(queues={"default": QueueConfig(max_workers=max_workers)}, workers=workers)
@@ -230,7 +224,7 @@ async def profile(url: str, *, total: int, max_workers: int = 50) -> Profile:
         seconds=completions[-1].end - claims[0].start,
         claims=tuple(claims),
         completions=tuple(completions),
-        cpu_seconds=timed.cpu[1] - timed.cpu[0],
+        cpu_seconds=timed.cpu_end - timed.cpu_start,
         gc_seconds=garbage.seconds,
         full_collections=garbage.full,
     )
