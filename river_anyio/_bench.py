@@ -11,7 +11,9 @@ Like River's own bench it empties ``river_job`` of the database given (so it ref
   client``) or by a separate OS process with its own client on the same database (``--inserter
   process``, as in real applications); ``--insert`` picks one ``insert`` per job (up to 16 in
   flight), bursts of ``--insert-size`` concurrent ``insert`` calls, or one ``insert_many`` of
-  ``--insert-size`` jobs. Each job carries ``time.time()`` taken just before the call that
+  ``--insert-size`` jobs; ``--in-flight 1`` makes each call wait for the one before, as the
+  peers' benchmarks insert (a late call delays the next one's start instead of running beside
+  it, so the inserter's own queueing stays out of the figures). Each job carries ``time.time()`` taken just before the call that
   inserts it and the worker reads ``time.time()`` when the job's body starts: enqueue-to-start
   with one clock (the machine's), whichever process inserted, also reported in parts (the
   insert call, inserted to claimed, claimed to the body's start);
@@ -69,6 +71,8 @@ InsertStyle = Literal["one", "burst", "many"]
 #: The steady-rate mode's ceiling on insert calls in flight at once (bursts bigger than half of
 #: it excepted: two of them may overlap).
 IN_FLIGHT = 16
+#: ``--in-flight`` at most (each insert call in flight holds a connection).
+MAX_IN_FLIGHT = 100
 #: ``--insert-size`` when not given: ``one`` inserts a job per call, the others this many.
 DEFAULT_INSERT_SIZE = 10
 
@@ -82,11 +86,15 @@ class InsertSchedule:
     duration: float
     style: InsertStyle = "one"
     size: int = 1
+    #: ticks in flight at most (``--in-flight``); None: IN_FLIGHT insert calls, but always
+    #: two bursts, so one slow burst does not hold back the next
+    max_ticks: int | None = None
 
     @property
     def lanes(self) -> int:
-        """Ticks in flight at once: IN_FLIGHT insert calls, but always two bursts, so one
-        slow burst does not hold back the next."""
+        """Ticks in flight at once."""
+        if self.max_ticks is not None:
+            return self.max_ticks
         return max(2, IN_FLIGHT // self.size) if self.style == "burst" else IN_FLIGHT
 
     @property
@@ -95,11 +103,15 @@ class InsertSchedule:
         return self.lanes * self.size if self.style == "burst" else self.lanes
 
     def describe(self) -> str:
-        if self.style == "one":
-            return f"one insert each, up to {self.lanes} at once"
-        if self.style == "burst":
-            return f"bursts of {self.size} concurrent inserts, up to {self.lanes} bursts at once"
-        return f"insert_many of {self.size} each, up to {self.lanes} at once"
+        what = {
+            "one": "one insert each",
+            "burst": f"bursts of {self.size} concurrent inserts",
+            "many": f"insert_many of {self.size} each",
+        }[self.style]
+        unit = " burst" if self.style == "burst" else ""
+        if self.lanes == 1:
+            return f"{what}, one{unit} at a time"
+        return f"{what}, up to {self.lanes}{unit}{'s' if unit else ''} at once"
 
 
 @attrs.frozen
@@ -398,8 +410,8 @@ async def _insert_at_rate(
 
     The connections the inserts use are opened first. The schedule is fixed: tick j (``size``
     jobs) is due at start + j * size / rate. A few tasks (``schedule.lanes``) each take the
-    next due tick, so one slow insert does not delay the next: a late tick is caught up, not
-    dropped, until the duration is over.
+    next due tick, so one slow insert does not delay the next (with one lane it does): a late
+    tick is caught up, not dropped, until the duration is over.
     """
     await _open_connections(client, schedule.in_flight)
     size = schedule.size
@@ -507,6 +519,8 @@ async def _run_inserter(
     argv = [sys.executable, "-m", "river_anyio._bench_inserter"]
     argv += ["--rate", repr(schedule.rate), "--duration", repr(schedule.duration)]
     argv += ["--insert", schedule.style, "--insert-size", str(schedule.size)]
+    if schedule.max_ticks is not None:
+        argv += ["--in-flight", str(schedule.max_ticks)]
     argv += ["--loop", plan.loop, "--returned", str(times)]
     if plan.schema:
         argv += ["--schema", plan.schema]
@@ -562,6 +576,7 @@ def run_bench(
     inserter: Inserter = "client",
     insert: InsertStyle = "one",
     insert_size: int | None = None,
+    in_flight: int | None = None,
     backlog: int = BACKLOG,
     out: TextIO = sys.stdout,
 ) -> int:
@@ -576,6 +591,11 @@ def run_bench(
         raise ValueError("--inserter process needs --rate (and --duration)")
     if (insert != "one" or insert_size is not None) and rate is None:
         raise ValueError("--insert and --insert-size need --rate (and --duration)")
+    if in_flight is not None:
+        if rate is None:
+            raise ValueError("--in-flight needs --rate (and --duration)")
+        if not 1 <= in_flight <= MAX_IN_FLIGHT:
+            raise ValueError(f"--in-flight must be between 1 and {MAX_IN_FLIGHT}")
     if insert_size is None:
         insert_size = 1 if insert == "one" else DEFAULT_INSERT_SIZE
     if insert_size < 1:
@@ -588,7 +608,9 @@ def run_bench(
     if rate is not None:
         if duration is None:
             raise ValueError("--rate needs --duration")
-        schedule = InsertSchedule(rate=rate, duration=duration, style=insert, size=insert_size)
+        schedule = InsertSchedule(
+            rate=rate, duration=duration, style=insert, size=insert_size, max_ticks=in_flight
+        )
     if inserter == "process" and in_memory:
         raise ValueError(
             "--inserter process needs a database another process can open; "

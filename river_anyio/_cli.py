@@ -316,6 +316,16 @@ def _build_parser() -> _Parser:
         help="jobs a burst or an insert_many inserts (default 10; --insert one is always 1)",
     )
     p.add_argument(
+        "--in-flight",
+        type=int,
+        default=None,
+        metavar="L",
+        help="with --rate: insert calls (bursts, for --insert burst) in flight at most; "
+        "default 16 calls, at least two bursts. 1 makes each call wait for the one before, as "
+        "the peers' benchmarks insert: a late call then delays the next one's start instead "
+        "of running beside it",
+    )
+    p.add_argument(
         "--backlog",
         type=int,
         default=None,
@@ -589,6 +599,7 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
             inserter=args.inserter,
             insert=args.insert,
             insert_size=args.insert_size,
+            in_flight=args.in_flight,
             backlog=BACKLOG if args.backlog is None else args.backlog,
             out=out,
         )

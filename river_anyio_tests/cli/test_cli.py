@@ -11,13 +11,21 @@ import sys
 import urllib.parse
 import venv
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 import pytest
 
 from river_anyio import ConfigOptions, open_client
-from river_anyio._bench import _open_connections, _parts, parse_duration, run_bench
+from river_anyio._bench import (
+    InsertSchedule,
+    InsertStyle,
+    _insert_at_rate,
+    _open_connections,
+    _parts,
+    parse_duration,
+    run_bench,
+)
 from river_anyio._cli import main
 from river_anyio.drivers.postgres import PostgresDriver
 from river_anyio.migrate import all_migrations
@@ -354,9 +362,16 @@ def _achieved(out: str, asked: int, how: str) -> int:
          "bursts of 3 concurrent inserts, up to 5 bursts at once"),
         ("sqlite", "asyncio", "process", ["--insert", "many"], 40, 10,
          "insert_many of 10 each, up to 16 at once"),
+        ("postgres", "trio", "process", ["--in-flight", "1"], 40, 1,
+         "one insert each, one at a time"),
+        ("sqlite", "asyncio", "client", ["--insert", "burst", "--insert-size", "2",
+         "--in-flight", "1"], 24, 2, "bursts of 2 concurrent inserts, one burst at a time"),
+        ("postgres", "asyncio", "client", ["--insert", "many", "--in-flight", "3"], 40, 10,
+         "insert_many of 10 each, up to 3 at once"),
     ],
     ids=["pg-client-one", "pg-process-burst", "pg-client-many", "sqlite-client-burst",
-         "sqlite-process-many"],
+         "sqlite-process-many", "pg-process-one-at-a-time", "sqlite-client-burst-one-at-a-time",
+         "pg-client-many-3"],
 )  # fmt: skip
 def test_bench_insert_styles(
     backend: str,
@@ -419,6 +434,52 @@ async def test_bench_opens_the_inserts_connections_first(database_url: str) -> N
         assert stats.size == 12 and stats.in_use <= 2, stats
 
 
+class _Overlap:
+    """An insert hook that makes every insert call last 0.2 s (many ticks at the rates below)
+    and counts the calls in it at once. (A hook, not a middleware: a middleware runs inside
+    the insert's transaction, where SQLite's one writer would make the calls take turns.)"""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.most = 0
+
+    async def insert_begin(self, params: Any) -> None:
+        self.now += 1
+        self.most = max(self.most, self.now)
+        try:
+            await anyio.sleep(0.2)
+        finally:
+            self.now -= 1
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(("max_ticks", "style", "size", "most"), [
+    (1, "one", 1, 1), (3, "one", 1, 3), (None, "one", 1, 16), (1, "burst", 4, 4),
+    (None, "burst", 4, 16),
+])  # fmt: skip
+async def test_bench_in_flight_caps_the_calls_at_once(
+    database_url: str, max_ticks: int | None, style: InsertStyle, size: int, most: int
+) -> None:
+    """``--in-flight``: ticks every 5 ms whose calls each last 0.2 s have exactly as many calls
+    in flight at once as the cap allows (1: each call waits for the one before), the default
+    being 16 calls (four bursts of 4); every tick taken inserts all its jobs."""
+    overlap = _Overlap()
+    options: ConfigOptions = {"hooks": [overlap]}
+    if database_url.startswith("postgres"):
+        options["driver_options"] = {"pool_max_size": 20}
+    schedule = InsertSchedule(
+        rate=200 * size, duration=0.3, style=style, size=size, max_ticks=max_ticks
+    )
+    returned: dict[int, float] = {}
+    async with open_client(database_url, **options) as run:
+        with anyio.fail_after(20):
+            inserted, _ = await _insert_at_rate(run.client, schedule, None, None, returned)
+        assert overlap.most == most
+        assert inserted == len(returned) and inserted % size == 0
+        listed = await run.client.jobs.list(limit=1000)
+        assert sorted(job.args["n"] for job in listed.jobs) == sorted(returned)
+
+
 def test_bench_insert_flag_errors() -> None:
     """``--insert``/``--insert-size`` misuse: one line on stderr, exit status 2."""
     steady = ["--duration", "1s", "--rate", "5"]
@@ -431,6 +492,11 @@ def test_bench_insert_flag_errors() -> None:
         ([*steady, "--insert", "many", "--insert-size", "x"], "invalid int value: 'x'"),
         (["-n", "5", "--insert", "many"], "--insert and --insert-size need --rate"),
         (["--duration", "1s", "--insert", "burst"], "--insert and --insert-size need --rate"),
+        ([*steady, "--in-flight", "0"], "--in-flight must be between 1 and 100"),
+        ([*steady, "--in-flight", "101"], "--in-flight must be between 1 and 100"),
+        ([*steady, "--in-flight", "two"], "invalid int value: 'two'"),
+        (["--duration", "1s", "--in-flight", "1"], "--in-flight needs --rate"),
+        (["-n", "5", "--in-flight", "4"], "--in-flight needs --rate"),
     ):
         code, out, err = run("bench", *bad)
         assert code == 2, (bad, err)
