@@ -320,7 +320,7 @@ def _build_parser() -> _Parser:
         type=int,
         default=None,
         metavar="L",
-        help="with --rate: insert calls (bursts, for --insert burst) in flight at most; "
+        help="with --rate: insert calls (bursts, for --insert burst) in flight at most, 1 to 100; "
         "default 16 calls, at least two bursts. 1 makes each call wait for the one before, as "
         "the peers' benchmarks insert: a late call then delays the next one's start instead "
         "of running beside it",
