@@ -13,10 +13,11 @@ Like River's own bench it empties ``river_job`` of the database given (so it ref
   flight), bursts of ``--insert-size`` concurrent ``insert`` calls, or one ``insert_many`` of
   ``--insert-size`` jobs; ``--in-flight 1`` makes each call wait for the one before, as the
   peers' benchmarks insert (a late call delays the next one's start instead of running beside
-  it, so the inserter's own queueing stays out of the figures). Each job carries ``time.time()`` taken just before the call that
-  inserts it and the worker reads ``time.time()`` when the job's body starts: enqueue-to-start
-  with one clock (the machine's), whichever process inserted, also reported in parts (the
-  insert call, inserted to claimed, claimed to the body's start);
+  it, so the inserter's own queueing stays out of the figures). Each job carries
+  ``time.time()`` taken just before the call that inserts it and the worker reads
+  ``time.time()`` when the job's body starts: enqueue-to-start with one clock (the
+  machine's), whichever process inserted, also reported in parts (the insert call, inserted
+  to claimed, claimed to the body's start);
 - continuous (``--duration`` alone): River's ``river bench`` method: a backlog of ``--backlog``
   jobs (River's 75,000) is inserted before the client starts, then every 250 ms topped up in
   batches of 5,000 by the working process; the rate is the jobs worked over the run.
