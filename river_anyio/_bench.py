@@ -109,10 +109,10 @@ class InsertSchedule:
             "burst": f"bursts of {self.size} concurrent inserts",
             "many": f"insert_many of {self.size} each",
         }[self.style]
-        unit = " burst" if self.style == "burst" else ""
+        burst = self.style == "burst"
         if self.lanes == 1:
-            return f"{what}, one{unit} at a time"
-        return f"{what}, up to {self.lanes}{unit}{'s' if unit else ''} at once"
+            return f"{what}, one{' burst' if burst else ''} at a time"
+        return f"{what}, up to {self.lanes}{' bursts' if burst else ''} at once"
 
 
 @attrs.frozen
