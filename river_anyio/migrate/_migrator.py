@@ -218,7 +218,7 @@ class Migrator:
     """Applies, lists and validates one migration line on a driver's database.
 
     ``target_version`` keeps River's meaning: the final state includes that version and none
-    after it. Going down, ``target_version=0`` removes everything; with no target and no
+    after it. Going down, ``target_version=0`` (or River's ``-1``) removes everything; with no target and no
     ``max_steps`` a down migration takes one step, as River's does.
     """
 
@@ -335,6 +335,8 @@ class Migrator:
         if target_version is not None:
             if isinstance(target_version, bool) or not isinstance(target_version, int):
                 raise ValidationError("target_version", "must be an int", target_version)
+            if target_version == -1 and direction == "down":
+                target_version = 0  # River's way of saying "every version"
             if target_version == 0 and direction == "up":
                 raise ValidationError(
                     "target_version", "must be a version number (1 or more) when migrating up", 0
