@@ -152,3 +152,12 @@ def docs(session: nox.Session) -> None:
         "sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html",
         *session.posargs,
     )  # fmt: skip
+
+
+@nox.session
+def conformance(session: nox.Session) -> None:
+    """River's cross-language conformance harness against river_anyio's adapter: the tiers
+    given (default ``pr``; ``chaos``, ``perf``, ``soak``, ``nightly``), both drivers, asyncio
+    (``-- --backend trio``, ``--drivers sqlite``: see ``river_anyio_tests/conformance/run.py``)."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "river_anyio_tests.conformance.run", *session.posargs)

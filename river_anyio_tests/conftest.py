@@ -93,7 +93,7 @@ def _run_as(user: pwd.struct_passwd | None) -> dict[str, Any]:
 
 
 @contextlib.contextmanager
-def _throwaway_cluster(bindir: Path) -> Iterator[str]:
+def _throwaway_cluster(bindir: Path, *, max_connections: int = 200) -> Iterator[str]:
     tmp = Path(tempfile.mkdtemp(prefix="river_anyio_pg_"))
     user: pwd.struct_passwd | None = None
     if os.geteuid() == 0:
@@ -114,7 +114,7 @@ def _throwaway_cluster(bindir: Path) -> Iterator[str]:
     )  # fmt: skip
     opts = (
         f"-p {port} -k {tmp} -c listen_addresses=127.0.0.1 -c fsync=off "
-        "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        f"-c synchronous_commit=off -c full_page_writes=off -c max_connections={max_connections}"
     )
     subprocess.run(
         [str(bindir / "pg_ctl"), "-D", str(data), "-o", opts, "-l", str(tmp / "log"), "-w", "start"],

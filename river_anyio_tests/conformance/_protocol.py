@@ -136,6 +136,7 @@ TUNING = _object(
     {"elect_interval_ms": _int, "rescuer_interval_ms": _int, "scheduler_interval_ms": _int}
 )
 
+# fmt: off
 PARAMS: dict[str, Check] = {
     "cancel": _object({"id": _int, "schema": _str, "tx": _str}),
     "handshake": _object({}),
@@ -145,7 +146,7 @@ PARAMS: dict[str, Check] = {
         "limit": _int, "metadata": _raw, "order_by": _str, "priorities": _list(_int),
         "queues": _list(_str), "schema": _str, "states": _list(_str),
         "tags_all": _list(_str), "tx": _str,
-    }),  # fmt: skip
+    }),
     "migrate": _object(
         {"direction": _str, "schema": _str, "target_version": _optional(_int)}
     ),
@@ -162,12 +163,13 @@ PARAMS: dict[str, Check] = {
         "periodic_run_on_start": _bool, "periodic_unique": _bool, "poll_only": _bool,
         "queues": _list(_str), "rescue_after_ms": _int, "retry_delay_ms": _int,
         "schema": _str, "tuning": _optional(TUNING), "worker_kinds": _list(_str),
-    }),  # fmt: skip
+    }),
     "stats": _object({}),
     "stop": _object({"cancel": _bool}),
     "tx_begin": _object({"tx": _str}),
     "tx_end": _object({"commit": _bool, "tx": _str}),
 }
+# fmt: on
 
 
 def decode_params(method: str, raw: Any) -> dict[str, Any]:
