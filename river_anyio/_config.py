@@ -481,7 +481,9 @@ class Config:
         id: This client's ID, at most 100 characters (``None``: host name and start time,
             made when the client starts).
         schema: The schema holding River's tables (PostgreSQL), or the attached database
-            (SQLite; attach it with ``driver_options={"attach": {name: path}}``).
+            (SQLite; attach it with ``driver_options={"attach": {name: path}}``). With a
+            driver of the caller's, the client uses ``driver.with_schema(schema)``: the
+            same pool under this schema, as River Go's clients share one driver.
         max_attempts: Attempts of jobs inserted without their own (River's 25).
         job_timeout: How long an attempt may run unless its worker says otherwise, ``None``
             for no limit (60 s).

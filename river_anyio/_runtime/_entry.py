@@ -88,8 +88,9 @@ def prepare(
     elif all(hasattr(database, a) for a in ("transaction", "executor_for", "dialect")):
         if run_config.driver_options:
             raise ConfigError("driver_options", "only applies when opening a database from a URL")
-        if run_config.schema is not None and database.schema != run_config.schema:
-            raise ConfigError("schema", f"conflicts with the driver's schema {database.schema!r}")
+        if run_config.schema is not None:
+            # River Go's Config.Schema: the client's schema on the caller's driver (its pool)
+            database = database.with_schema(run_config.schema)
         prepared = Prepared(config=run_config, dialect=database.dialect, driver=database)
     else:
         raise ConfigError(
@@ -190,6 +191,9 @@ class UnopenedDriver:
         self.dialect = dialect
         self.schema = schema
         self.supports_listen_notify = True
+
+    def with_schema(self, schema: str | None) -> UnopenedDriver:
+        return UnopenedDriver(self.dialect, schema)
 
     def _error(self) -> ConnectionLostError:
         return ConnectionLostError(
@@ -301,7 +305,9 @@ def open_client(
 
     Args:
         database: A database URL (``postgresql://…``, ``postgres://…`` or ``sqlite://path``)
-            or a driver opened by the caller (:mod:`river_anyio.drivers`).
+            or a driver opened by the caller (:mod:`river_anyio.drivers`); with a driver,
+            a ``schema`` option other than the driver's puts the client on
+            ``driver.with_schema(schema)``, sharing the driver's connections.
         config: The client's configuration (default ``Config()``).
         options: Any :class:`Config` field, overriding ``config``'s.
 

@@ -265,6 +265,16 @@ class BlockingPostgresDriver:
     def supports_listen_notify(self) -> bool:
         return True
 
+    def with_schema(self, schema: str | None) -> BlockingPostgresDriver:
+        """The driver itself for its own schema; the blocking client's driver serves one
+        schema (give another ``river_anyio.blocking.Client`` the other schema)."""
+        if schema == self.schema:
+            return self
+        raise TypeError(
+            "the blocking client's driver serves only its own schema; open another "
+            f"river_anyio.blocking.Client with schema={schema!r}"
+        )
+
     def executor(self) -> PostgresExecutor:
         return self._executor
 

@@ -197,7 +197,7 @@ class _Session:
     """The executor's session inside a transaction: each call runs at once on ``conn``,
     after ``begin`` (once, when given and no transaction is open; ``begun`` then)."""
 
-    __slots__ = ("begin", "begun", "conn", "notified", "translate_error")
+    __slots__ = ("begin", "begun", "conn", "ended", "notified", "translate_error")
 
     def __init__(
         self,
@@ -209,6 +209,8 @@ class _Session:
         self.conn = conn
         self.begin = begin
         self.begun = False
+        #: The transaction block ended: its executor may not be used any more.
+        self.ended = False
         self.notified = False
         self.translate_error = translate_error
 
@@ -258,6 +260,16 @@ class BlockingSQLiteDriver:
     def supports_listen_notify(self) -> bool:
         return True
 
+    def with_schema(self, schema: str | None) -> BlockingSQLiteDriver:
+        """The driver itself for its own schema; the blocking client's driver serves one
+        schema (give another ``river_anyio.blocking.Client`` the other schema)."""
+        if schema == self.schema:
+            return self
+        raise TypeError(
+            "the blocking client's driver serves only its own schema; open another "
+            f"river_anyio.blocking.Client with schema={schema!r}"
+        )
+
     def executor(self) -> SQLiteExecutor:
         return self._executor
 
@@ -280,7 +292,7 @@ class BlockingSQLiteDriver:
             try:
                 yield tx
             finally:
-                tx._closed = True
+                session.ended = True
             if session.begun:
                 try:
                     conn.execute("COMMIT")

@@ -615,6 +615,13 @@ class Driver(Protocol):
     @property
     def supports_listen_notify(self) -> bool: ...
 
+    def with_schema(self, schema: str | None) -> Driver:
+        """This driver's connections with River's tables in ``schema`` (River Go's clients of
+        several schemas on one driver): a view that shares the pool (PostgreSQL) or the
+        writer (SQLite, where ``schema`` names an attached database), owned by this driver.
+        The driver itself when ``schema`` is its own."""
+        ...
+
     def executor(self) -> Executor:
         """An executor whose every call runs in its own unit of work."""
         ...

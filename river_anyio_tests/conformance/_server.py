@@ -1,8 +1,9 @@
 """The adapter's server: one request per stdin line, one response per stdout line, in order.
 
-Lifetimes are the nesting in :func:`serve`: the drivers (one per schema) live in an exit
-stack around the task group that holds the worker client's run and each open transaction's
-task; closing stdin stops the client (stop and cancel), rolls back what is open and leaves.
+Lifetimes are the nesting in :func:`serve`: the driver (one pool, every schema a view of it)
+lives in an exit stack around the task group that holds the worker client's run and each open
+transaction's task; closing stdin stops the client (stop and cancel), rolls back what is open
+and leaves.
 """
 
 from __future__ import annotations
@@ -63,10 +64,10 @@ EVENT_KINDS = (
 )
 #: A graceful stop's bound before running jobs are cancelled (River Go's adapter: 10 s).
 STOP_TIMEOUT = 10.0
-#: Connections of the default schema's pool, and of any other schema's (the harness asks for
-#: at most 10 in all; the worker client's listener is one more).
-POOL_DEFAULT = 8
-POOL_OTHER = 1
+#: Connections of the one pool every schema's requests share (``Driver.with_schema``): the
+#: harness asks for at most 10 per adapter, and the worker client's listener (one client runs
+#: at a time) takes one more outside the pool.
+POOL_MAX_SIZE = 9
 
 
 @attrs.frozen
@@ -125,7 +126,7 @@ class Server:
     def __init__(self, settings: Settings, stack: contextlib.AsyncExitStack) -> None:
         self._settings = settings
         self._stack = stack
-        self._drivers: dict[str, Driver] = {}
+        self._driver: Driver | None = None
         self._clients: dict[str, river.Client] = {}
         self._txs: dict[str, OpenTx] = {}
         self._barriers = Barriers()
@@ -134,16 +135,18 @@ class Server:
     # --- plumbing -------------------------------------------------------------------------
 
     async def driver(self, schema: str) -> Driver:
-        driver = self._drivers.get(schema)
+        """The database's one driver (opened on first use) under ``schema`` ("": the URL's
+        search_path on PostgreSQL, ``main`` on SQLite)."""
+        driver = self._driver
         if driver is None:
             options: dict[str, Any] = {}
             if self._settings.driver == "postgres":
-                options["pool_max_size"] = POOL_DEFAULT if not schema else POOL_OTHER
+                options["pool_max_size"] = POOL_MAX_SIZE
             driver = await self._stack.enter_async_context(
-                open_driver(self._settings.database_url, schema=schema or None, **options)
+                open_driver(self._settings.database_url, **options)
             )
-            self._drivers[schema] = driver
-        return driver
+            self._driver = driver
+        return driver.with_schema(schema or None)
 
     async def client(self, schema: str) -> river.Client:
         client = self._clients.get(schema)

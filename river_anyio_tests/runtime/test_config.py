@@ -604,10 +604,14 @@ async def test_a_callers_driver_is_checked_before_the_client_starts(database_url
             "driver_options",
             "only applies when opening a database from a URL",
         )
-        with pytest.raises(river.ConfigError) as info:
-            river.open_client(driver, schema="some_other_schema")
-        assert info.value.field == "schema"
-        assert info.value.rule.startswith("conflicts with the driver's schema")
+        # another schema puts the client on driver.with_schema() (River Go's clients of
+        # several schemas on one driver), which checks it at once: an attached database on
+        # SQLite (on PostgreSQL any schema name is taken; test_schema_views runs clients there)
+        if driver.dialect == "sqlite":
+            with pytest.raises(river.ConfigError) as info:
+                river.open_client(driver, schema="some_other_schema")
+            assert info.value.field == "schema"
+            assert "no attached database named 'some_other_schema'" in info.value.rule
         # the driver's own schema is no conflict, and the client runs on that driver
         async with river.open_client(driver, schema=driver.schema) as run:
             assert run.client.driver is driver

@@ -64,13 +64,43 @@ _SCHEMA_RE = re.compile(r"\A[a-zA-Z_][a-zA-Z0-9_]*\Z")
 _SCHEMA_MAX = 46
 
 
+def _check_schema(schema: object) -> str | None:
+    """``schema`` if it can name River's schema (and prefix its channels), else ConfigError."""
+    if schema is not None:
+        if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
+            raise ConfigError("schema", "must match ^[a-zA-Z_][a-zA-Z0-9_]*$ (or be None)", schema)
+        if len(schema) > _SCHEMA_MAX:
+            raise ConfigError("schema", f"must be at most {_SCHEMA_MAX} characters", schema)
+    return schema
+
+
 class PostgresDriver:
-    """A River driver on a pool of PostgreSQL connections (see :func:`open_postgres`)."""
+    """A River driver on a pool of PostgreSQL connections (see :func:`open_postgres`).
+
+    :meth:`with_schema` gives the same pool under another schema, as River Go's clients of
+    several schemas share one driver.
+    """
 
     def __init__(self, pool: Pool, schema: str | None) -> None:
         self._pool = pool
         self._queries = Queries(schema)
         self._executor = PostgresExecutor(self._queries, pool=pool)
+
+    def with_schema(self, schema: str | None) -> PostgresDriver:
+        """This driver's pool with River's tables in ``schema`` (None: the connections'
+        ``search_path``), for clients and migrators of several schemas on one pool.
+
+        The view shares the pool (its size bounds every view together) and belongs to this
+        driver: it works while this driver is open, and closing it closes nothing. Its
+        listeners take their own connection, as this driver's do, and hear the channels of
+        its schema. Nothing is opened or checked in the database: a schema that does not
+        exist fails at its first statement. ``schema`` is checked as :func:`open_postgres`
+        checks it (ConfigError).
+        """
+        schema = _check_schema(schema)
+        if schema == self.schema:
+            return self
+        return _PostgresSchemaView(self._pool, schema)
 
     def __repr__(self) -> str:
         params = conninfo_to_dict(self._pool._conninfo)
@@ -126,7 +156,9 @@ class PostgresDriver:
         psycopg close such a connection when they cancel a query; prefer AnyioConnection).
         """
         if isinstance(conn, PostgresExecutor):
-            return conn
+            # another schema's executor (a transaction of a view on the same pool, say):
+            # the same connection or pool, with this driver's tables
+            return conn if conn.schema == self.schema else conn.on_schema(self._queries)
         if isinstance(conn, AnyioConnection):
             return PostgresExecutor(self._queries, conn=conn)
         if isinstance(conn, psycopg.AsyncConnection):
@@ -168,6 +200,14 @@ class PostgresDriver:
     async def aclose(self) -> None:
         """Close the pool (connections in use are closed when given back)."""
         await self._pool.aclose()
+
+
+class _PostgresSchemaView(PostgresDriver):
+    """A :meth:`PostgresDriver.with_schema` view: the pool is the driver's, and so is its
+    closing."""
+
+    async def aclose(self) -> None:
+        """Nothing to close: the driver the view came from owns the pool."""
 
 
 def _number(field: str, value: object, *, allow_none: bool = False) -> float | None:
@@ -278,11 +318,7 @@ def _validate(
     prepare_threshold: object,
 ) -> tuple[str, str | None, int, float, float, int | None]:
     conninfo = _conninfo(url)
-    if schema is not None:
-        if not isinstance(schema, str) or not _SCHEMA_RE.match(schema):
-            raise ConfigError("schema", "must match ^[a-zA-Z_][a-zA-Z0-9_]*$ (or be None)", schema)
-        if len(schema) > _SCHEMA_MAX:
-            raise ConfigError("schema", f"must be at most {_SCHEMA_MAX} characters", schema)
+    checked_schema = _check_schema(schema)
     if isinstance(pool_max_size, bool) or not isinstance(pool_max_size, int) or pool_max_size < 1:
         raise ConfigError("pool_max_size", "must be an int >= 1", pool_max_size)
     acquire = _number("acquire_timeout", acquire_timeout)
@@ -295,7 +331,7 @@ def _validate(
         or prepare_threshold < 0
     ):
         raise ConfigError("prepare_threshold", "must be an int >= 0 or None", prepare_threshold)
-    return conninfo, schema, pool_max_size, acquire, connect, prepare_threshold
+    return conninfo, checked_schema, pool_max_size, acquire, connect, prepare_threshold
 
 
 def open_postgres(

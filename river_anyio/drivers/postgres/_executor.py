@@ -380,6 +380,12 @@ class PostgresExecutor(SharedOperations):
         """The connection this executor is bound to (None for a pool-backed executor)."""
         return self._conn
 
+    def on_schema(self, queries: Queries) -> PostgresExecutor:
+        """This executor's connection (or pool) with the statements of another schema."""
+        if self._conn is not None:
+            return PostgresExecutor(queries, conn=self._conn)
+        return PostgresExecutor(queries, pool=self._pool)
+
     async def _run(self, op: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]]) -> T:
         """Run ``op`` on our connection, or on a pooled one, translating errors."""
         with map_errors():

@@ -33,6 +33,7 @@ from typing import Any, Final, Literal
 
 import anyio
 import anyio.to_thread
+import attrs
 
 from ..._errors import ConfigError
 from ._checkpoint import Checkpointer
@@ -115,29 +116,73 @@ def _validate_attach(value: object) -> dict[str, str]:
     return out
 
 
-class SQLiteDriver:
-    """The SQLite implementation of the Driver protocol. Create it with :func:`open_sqlite`."""
+@attrs.define(eq=False)
+class _Database:
+    """What the driver and its :meth:`SQLiteDriver.with_schema` views share: the writer and
+    its checkpointer, the attached files, every open listener (a commit's notifications poke
+    them all), and the own-commit followers of the files listeners watch (by database name)."""
 
-    def __init__(
-        self,
-        writer: ConnectionThread,
-        *,
-        schema: str | None,
-        attach: Mapping[str, str],
-        checkpointer: Checkpointer | None = None,
-    ) -> None:
-        self._writer = writer
-        self._checkpointer = checkpointer
+    writer: ConnectionThread
+    checkpointer: Checkpointer | None
+    attach: dict[str, str]
+    listeners: weakref.WeakSet[SQLiteListener] = attrs.field(factory=weakref.WeakSet)
+    #: each listener following a WAL index, and the database it follows
+    watching: dict[SQLiteListener, str] = attrs.field(factory=dict)
+    owns: dict[str, OwnCommits] = attrs.field(factory=dict)
+
+    def poke_listeners(self) -> None:
+        for listener in list(self.listeners):
+            listener.poke()
+
+    def follow_own_commits(self) -> None:
+        """Have the writer prove its own commits to the files some listener watches."""
+        self.writer.own_commits = tuple(
+            own for name, own in self.owns.items() if name in self.watching.values()
+        )
+
+
+class SQLiteDriver:
+    """The SQLite implementation of the Driver protocol. Create it with :func:`open_sqlite`.
+
+    :meth:`with_schema` gives the same writer with River's tables in another attached
+    database.
+    """
+
+    def __init__(self, db: _Database, schema: str | None) -> None:
+        self._db = db
+        self._writer = db.writer
         self._schema = schema
-        self._attach = dict(attach)
         self._queries = Queries(schema)
-        self._listeners: weakref.WeakSet[SQLiteListener] = weakref.WeakSet()
-        self._own: OwnCommits | None = None  # opened with the first watching listener
-        self._executor = SQLiteExecutor(writer, self._queries, on_notify=self._poke_listeners)
-        self._finish_bound = writer.busy_timeout + _FINISH_GRACE
+        self._executor = SQLiteExecutor(db.writer, self._queries, on_notify=db.poke_listeners)
+        self._finish_bound = db.writer.busy_timeout + _FINISH_GRACE
 
     def __repr__(self) -> str:
         return f"<SQLiteDriver {self._writer.path} schema={self._schema!r}>"
+
+    def with_schema(self, schema: str | None) -> SQLiteDriver:
+        """This driver's writer with River's tables in the attached database ``schema``
+        (None: ``main``), for clients and migrators of several schemas on one connection.
+
+        ``schema`` must be ``main`` or a database the driver attaches (its ``attach``
+        option): ConfigError otherwise. The view shares the writer, so its transactions and
+        this driver's take turns as always on SQLite, and one transaction may write both
+        (``driver.transaction()``'s executor, passed to the view's ``executor_for``). It
+        belongs to this driver: it works while this driver is open, and closing it closes
+        nothing. Its listeners follow its database's outbox on connections of their own.
+        """
+        if schema is not None:
+            _validate_identifier("schema", schema)
+            if schema != "main" and schema not in self._db.attach:
+                attached = ", ".join(["main", *self._db.attach])
+                raise ConfigError(
+                    "schema",
+                    f"no attached database named {schema!r} (attached: {attached}); "
+                    "open the driver with attach={name: path} to attach it",
+                    schema,
+                )
+        if schema == self._schema:
+            return self
+        return _SQLiteSchemaView(self._db, schema)
 
     # ---- properties ------------------------------------------------------------------------
 
@@ -184,22 +229,26 @@ class SQLiteDriver:
             try:
                 yield tx
             except BaseException:
-                tx._closed = True
+                session.ended = True
                 await session.finish(commit=False, bound=self._finish_bound)
                 raise
-            tx._closed = True
+            session.ended = True
             await session.finish(commit=True, bound=self._finish_bound)
             if session.notified:
-                self._poke_listeners()
+                self._db.poke_listeners()
 
     def executor_for(self, conn: object) -> SQLiteExecutor:
         """``conn`` itself if it is one of this driver's executors; TypeError otherwise.
 
+        An executor of another schema of the same writer (a :meth:`with_schema` view's, or
+        the driver's) is given this driver's tables, in the same transaction if it has one.
         The apsw connection belongs to the driver's thread, so a caller's own connection
         cannot be used: run your writes through ``driver.transaction()`` instead.
         """
         if isinstance(conn, SQLiteExecutor) and conn._writer is self._writer:
-            return conn
+            if conn.schema == self._schema:
+                return conn
+            return conn.on_schema(self._queries, self._db.poke_listeners)
         raise TypeError(
             "SQLiteDriver.executor_for() accepts only an executor of this driver "
             "(driver.executor() or the one yielded by driver.transaction()); the SQLite "
@@ -212,11 +261,12 @@ class SQLiteDriver:
     @asynccontextmanager
     async def listener(self) -> AsyncIterator[SQLiteListener]:
         """A listener on the notification outbox, with its own read-only connection."""
+        db = self._db
         reader = ConnectionThread(
             self._writer.path,
             readonly=True,
             busy_timeout=self._writer.busy_timeout,
-            attach=self._attach,
+            attach=db.attach,
             name="river-sqlite-listener",
             module=self._writer.module,
         )
@@ -224,45 +274,54 @@ class SQLiteDriver:
         listener = SQLiteListener(reader, self._queries)
         try:
             await listener.connect()
-            self._listeners.add(listener)
+            db.listeners.add(listener)
             if listener.watching:
                 await self._follow_own_commits(listener)
             yield listener
         finally:
-            self._listeners.discard(listener)
-            if not any(other.watching for other in self._listeners):
-                self._writer.own_commits = None
+            db.listeners.discard(listener)
+            if db.watching.pop(listener, None) is not None:
+                db.follow_own_commits()
             await listener.aclose()
 
     async def _follow_own_commits(self, listener: SQLiteListener) -> None:
-        """Have the writer's thread prove which commits are its own, so the listener's watch
-        does not read the outbox for them (their notifications poke it)."""
-        own = self._own
+        """Have the writer's thread prove which commits to the listener's database are its
+        own, so the listener's watch does not read the outbox for them (their notifications
+        poke it)."""
+        db = self._db
+        name = self._schema or "main"
+        own = db.owns.get(name)
         if own is None:
             own = await self._writer.run(OwnCommits.open, self._schema)
             if own is None:
                 return  # no WAL index to follow
-            if self._own is not None:  # another listener opened one meanwhile
+            if name in db.owns:  # another listener opened one meanwhile
                 own.close()
-                own = self._own
-            self._own = own
+                own = db.owns[name]
+            db.owns[name] = own
         listener.own_commits(own)
-        self._writer.own_commits = own
-
-    def _poke_listeners(self) -> None:
-        for listener in list(self._listeners):
-            listener.poke()
+        db.watching[listener] = name
+        db.follow_own_commits()
 
     async def aclose(self) -> None:
         """Finish queued work, close the connection and stop its thread."""
-        self._writer.own_commits = None
+        db = self._db
+        self._writer.own_commits = ()
         await self._writer.aclose()
-        if self._checkpointer is not None:
+        if db.checkpointer is not None:
             with anyio.CancelScope(shield=True):
-                await _stop_checkpointer(self._checkpointer)
-        own, self._own = self._own, None
-        if own is not None:
+                await _stop_checkpointer(db.checkpointer)
+        owns, db.owns = db.owns, {}
+        for own in owns.values():
             own.close()
+
+
+class _SQLiteSchemaView(SQLiteDriver):
+    """A :meth:`SQLiteDriver.with_schema` view: the writer is the driver's, and so is its
+    closing."""
+
+    async def aclose(self) -> None:
+        """Nothing to close: the driver the view came from owns the writer."""
 
 
 def open_sqlite(
@@ -337,7 +396,7 @@ async def _open(
                     "pass attach={name: path} to attach it",
                     schema,
                 )
-        driver = SQLiteDriver(writer, schema=schema, attach=attach, checkpointer=checkpointer)
+        driver = SQLiteDriver(_Database(writer, checkpointer, attach), schema)
         yield driver
     finally:
         with anyio.CancelScope(shield=True):

@@ -287,9 +287,9 @@ class ConnectionThread:
         #: Called (on the event loop, must not block) when the running unit is cancelled, to
         #: wake a unit that waits on something other than SQL (the listener's watch).
         self.cancel_hook: Callable[[], object] | None = None
-        #: Told of every unit of work this thread runs, so listeners know its commits (set
-        #: while a listener follows the WAL index; None costs nothing).
-        self.own_commits: OwnCommits | None = None
+        #: Told of every unit of work this thread runs, so listeners know its commits: one
+        #: per database file a listener follows the WAL index of (none costs nothing).
+        self.own_commits: tuple[OwnCommits, ...] = ()
 
     # ---- lifecycle ----------------------------------------------------------------------------
 
@@ -441,10 +441,11 @@ class ConnectionThread:
         if skip:
             item.error = _Skipped()
         else:
-            own = self.own_commits
+            owns = self.own_commits
             conn = self._conn
-            if own is not None and conn is not None:
-                own.unit_begins(conn)
+            if owns and conn is not None:
+                for own in owns:
+                    own.unit_begins(conn)
             try:
                 item.value = item.fn(*item.args)
             except BaseException as exc:
@@ -456,8 +457,9 @@ class ConnectionThread:
             if not item.allow_open_tx and conn is not None and conn.in_transaction:
                 logger.warning("sqlite: a unit of work left a transaction open; rolling back")
                 rollback_quietly(conn)
-            if own is not None and conn is not None:
-                own.unit_ends(conn)
+            if owns and conn is not None:
+                for own in owns:
+                    own.unit_ends(conn)
         self._wake(item.wake, item.done.set)
 
     def _wake(self, waker: Waker, callback: Callable[[], object]) -> None:
@@ -558,12 +560,14 @@ class ConnectionThread:
 class Session:
     """The checked-out connection of one transaction: hops that may leave it open."""
 
-    __slots__ = ("begun", "notified", "owner")
+    __slots__ = ("begun", "ended", "notified", "owner")
 
     def __init__(self, owner: ConnectionThread) -> None:
         self.owner = owner
         #: BEGIN IMMEDIATE ran (it is sent lazily with the first statement hop).
         self.begun = False
+        #: The ``transaction()`` block ended: its executors may not be used any more.
+        self.ended = False
         #: Notifications were written in this transaction (listeners get poked after commit).
         self.notified = False
 

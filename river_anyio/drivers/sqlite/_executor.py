@@ -492,7 +492,7 @@ class SQLiteExecutor(SharedOperations):
     open).
     """
 
-    __slots__ = ("_closed", "_on_notify", "_q", "_session", "_writer")
+    __slots__ = ("_on_notify", "_q", "_session", "_writer")
 
     def __init__(
         self,
@@ -506,7 +506,6 @@ class SQLiteExecutor(SharedOperations):
         self._q = queries
         self._session = session
         self._on_notify = on_notify
-        self._closed = False
 
     @property
     def dialect(self) -> Literal["sqlite"]:
@@ -517,10 +516,21 @@ class SQLiteExecutor(SharedOperations):
         """Whether this executor belongs to a ``driver.transaction()`` block."""
         return self._session is not None
 
+    @property
+    def schema(self) -> str | None:
+        """The attached database River's tables are in (None: ``main``)."""
+        return self._q.schema
+
+    def on_schema(self, queries: Queries, on_notify: Callable[[], None] | None) -> SQLiteExecutor:
+        """This executor's connection (and transaction, if any) with the statements of another
+        attached database; ``on_notify`` pokes that driver's listeners."""
+        return SQLiteExecutor(self._writer, queries, session=self._session, on_notify=on_notify)
+
     # ---- plumbing -------------------------------------------------------------------------------
 
     def _check(self) -> None:
-        if self._closed:
+        session = self._session
+        if session is not None and session.ended:
             raise RuntimeError(
                 "this SQLite executor's transaction has ended; use it only inside its "
                 "'async with driver.transaction()' block"
