@@ -35,7 +35,9 @@ class EventKind(enum.StrEnum):
     JOB_SNOOZED = "job_snoozed"
     JOB_INTERRUPTED = "job_interrupted"
     #: A completion did not apply: the row was no longer running for the attempt this client
-    #: claimed (rescued, re-claimed elsewhere, finished by someone else or cancelled).
+    #: claimed (rescued, re-claimed elsewhere, finished by someone else or cancelled). It
+    #: follows the event River sends for the state the row is in (``job_completed`` for a row
+    #: completed meanwhile, ``job_failed`` for one discarded, ...; none when it is running).
     JOB_RACE = "job_race"
     QUEUE_PAUSED = "queue_paused"
     QUEUE_RESUMED = "queue_resumed"

@@ -59,12 +59,20 @@ FINALIZED_STATES = frozenset({JobState.CANCELLED, JobState.COMPLETED, JobState.D
 
 @attrs.frozen(kw_only=True)
 class AttemptError:
-    """One element of a job's ``errors``: what went wrong in one attempt."""
+    """One element of a job's ``errors``: what went wrong in one attempt.
+
+    ``error`` is the error's text and ``trace`` a stack trace, as River records them: River Go
+    writes ``err.Error()`` and a trace only for a panic; river_anyio writes ``str(exc)`` (the
+    exception's class name when that is empty) and no trace (the traceback is in the log).
+    ``at`` holds microseconds; ``at_nanosecond`` (0-999) the nanoseconds past them that River
+    Go records, so the time can be written back or compared exactly.
+    """
 
     at: dt.datetime
     attempt: int
     error: str
     trace: str = ""
+    at_nanosecond: int = 0
 
 
 @attrs.frozen(kw_only=True)

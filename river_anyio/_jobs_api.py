@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, TypedDict, Unpack
 import anyio
 import attrs
 
+from . import _gojson as gojson
 from ._api_common import ClientAPI, validate_limit
 from ._errors import (
     DatabaseError,
@@ -108,6 +109,9 @@ class JobListCursor:
     time: dt.datetime | None = None
 
     def encode(self) -> str:
+        """River's text of this cursor, byte for byte: its JSON is Go's ``json.Marshal``'s
+        (``<``, ``>``, ``&``, U+2028 and U+2029 escaped), so both write the same cursor for the
+        same page."""
         doc = {
             "id": self.id,
             "kind": self.kind,
@@ -115,7 +119,7 @@ class JobListCursor:
             "sort_field": self.sort_field,
             "time": _GO_ZERO_TIME if self.time is None else format_rfc3339nano(self.time),
         }
-        return base64.urlsafe_b64encode(json.dumps(doc, separators=(",", ":")).encode()).decode()
+        return base64.urlsafe_b64encode(gojson.encode(doc)).decode()
 
     def __str__(self) -> str:
         return self.encode()

@@ -16,6 +16,7 @@ __all__ = [
     "format_rfc3339nano",
     "format_sqlite_timestamp",
     "parse_rfc3339",
+    "parse_rfc3339_ns",
     "parse_sqlite_timestamp",
     "utc_now",
 ]
@@ -59,9 +60,17 @@ def _offset(tz: str | None) -> dt.tzinfo:
 
 
 def _parse(text: str, *, require_offset: bool) -> dt.datetime:
+    return _parse_match(_match(text, require_offset=require_offset), text)
+
+
+def _match(text: str, *, require_offset: bool) -> re.Match[str]:
     m = _TS_RE.match(text)
     if m is None or (require_offset and m["tz"] is None):
         raise ValueError(f"not a timestamp River writes: {text!r}")
+    return m
+
+
+def _parse_match(m: re.Match[str], text: str) -> dt.datetime:
     frac = (m["frac"] or "").ljust(6, "0")[:6]
     try:
         return dt.datetime(
@@ -81,6 +90,14 @@ def _parse(text: str, *, require_offset: bool) -> dt.datetime:
 def parse_rfc3339(text: str) -> dt.datetime:
     """Parse an RFC 3339 timestamp (up to 9 fractional digits), keeping its offset."""
     return _parse(text, require_offset=True)
+
+
+def parse_rfc3339_ns(text: str) -> tuple[dt.datetime, int]:
+    """:func:`parse_rfc3339`, and the nanoseconds past the datetime's microseconds (0-999):
+    Go writes nanoseconds, which a datetime cannot hold."""
+    m = _match(text, require_offset=True)
+    frac = m["frac"]
+    return _parse_match(m, text), int(frac[6:].ljust(3, "0")) if frac and len(frac) > 6 else 0
 
 
 def parse_sqlite_timestamp(text: str) -> dt.datetime:
@@ -113,10 +130,14 @@ def format_rfc3339(value: dt.datetime) -> str:
     return value.replace(tzinfo=None).isoformat("T", "seconds") + _offset_suffix(value)
 
 
-def format_rfc3339nano(value: dt.datetime) -> str:
-    """Go's ``time.RFC3339Nano`` (also its JSON form): fraction with trailing zeros trimmed."""
+def format_rfc3339nano(value: dt.datetime, nanosecond: int = 0) -> str:
+    """Go's ``time.RFC3339Nano`` (also its JSON form): fraction with trailing zeros trimmed.
+
+    ``nanosecond`` (0-999) is added past the datetime's microseconds (see
+    :func:`parse_rfc3339_ns`).
+    """
     _require_aware(value)
-    frac = f"{value.microsecond:06d}".rstrip("0")
+    frac = f"{value.microsecond:06d}{nanosecond:03d}".rstrip("0")
     return (
         value.replace(tzinfo=None).isoformat("T", "seconds")
         + (f".{frac}" if frac else "")

@@ -9,6 +9,7 @@ from river_anyio._timeutil import (
     format_rfc3339nano,
     format_sqlite_timestamp,
     parse_rfc3339,
+    parse_rfc3339_ns,
     parse_sqlite_timestamp,
 )
 
@@ -60,6 +61,27 @@ def test_parse_rfc3339_keeps_offset_and_requires_one() -> None:
     assert d.microsecond == 123456
     with pytest.raises(ValueError, match="not a timestamp"):
         parse_rfc3339("2026-03-04 05:06:07")
+
+
+@pytest.mark.parametrize(
+    ("text", "nanosecond"),
+    [
+        ("2026-03-04T05:06:07.123456789Z", 789),
+        ("2026-03-04T05:06:07.1234567+01:00", 700),
+        ("2026-03-04T05:06:07.12345678Z", 780),
+        ("2026-03-04T05:06:07.123456Z", 0),
+        ("2026-03-04T05:06:07.12Z", 0),
+        ("2026-03-04T05:06:07Z", 0),
+    ],
+)
+def test_nanoseconds_go_wrote_survive_a_round_trip(text: str, nanosecond: int) -> None:
+    """A datetime holds microseconds; the rest of Go's nanoseconds is returned beside it and
+    written back, so the text comes back as Go wrote it."""
+    at, ns = parse_rfc3339_ns(text)
+    assert (at, ns) == (parse_rfc3339(text), nanosecond)
+    assert format_rfc3339nano(at, ns) == text
+    with pytest.raises(ValueError, match="not a timestamp"):
+        parse_rfc3339_ns("2026-03-04 05:06:07.123456789")
 
 
 def test_format_rfc3339nano_trims_like_go() -> None:

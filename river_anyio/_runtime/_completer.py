@@ -35,6 +35,7 @@ import math
 import random
 import time
 from collections.abc import Callable
+from typing import Final
 
 import anyio
 import anyio.lowlevel
@@ -126,6 +127,37 @@ class CompleterStatistics:
     requeued: int
     dropped: int
     pending: int
+
+
+#: the event of a completion whose row is (now) in this state, as River's completer names it
+_KIND_BY_STATE: Final = {
+    JobState.CANCELLED: EventKind.JOB_CANCELLED,
+    JobState.COMPLETED: EventKind.JOB_COMPLETED,
+    JobState.DISCARDED: EventKind.JOB_FAILED,
+    JobState.RETRYABLE: EventKind.JOB_FAILED,
+    JobState.SCHEDULED: EventKind.JOB_SNOOZED,
+}
+#: what an ``available`` row's completion was, by what it asked for: a retry, a short snooze
+#: or an interruption says so; a completion or a cancel that found the row made available
+#: (retried meanwhile) failed
+_KIND_IF_AVAILABLE: Final = {
+    EventKind.JOB_FAILED: EventKind.JOB_FAILED,
+    EventKind.JOB_SNOOZED: EventKind.JOB_SNOOZED,
+    EventKind.JOB_INTERRUPTED: EventKind.JOB_INTERRUPTED,
+    EventKind.JOB_COMPLETED: EventKind.JOB_FAILED,
+    EventKind.JOB_CANCELLED: EventKind.JOB_FAILED,
+}
+
+
+def river_event_kind(asked: EventKind, state: JobState) -> EventKind | None:
+    """The job event of a completion that asked for ``asked`` and left its row in ``state``,
+    as River's completer decides it: by the row as written, whether this completion applied
+    or the row had been finalized or retried meanwhile (an external completion, a cancel, a
+    rescue), so every client reports the state a job reached the same way. None when the row
+    is ``running`` or ``pending`` (claimed again, or moved out of band): nothing finished."""
+    if state is JobState.AVAILABLE:
+        return _KIND_IF_AVAILABLE.get(asked, EventKind.JOB_FAILED)
+    return _KIND_BY_STATE.get(state)
 
 
 class Completer:
@@ -424,21 +456,26 @@ class Completer:
             r = by_id.get(f.row.id)
             if r is None or r.job is None:  # deleted, or a subscriber arrived mid-write
                 continue
-            kind = f.kind
-            if not r.applied and f.completed_tx and r.job.state == JobState.COMPLETED:
-                kind = EventKind.JOB_COMPLETED  # completed by the worker's transaction
-            elif not r.applied:
-                kind = EventKind.JOB_RACE
-            elif r.job.state == JobState.CANCELLED:
-                kind = EventKind.JOB_CANCELLED
             timings = JobTimings(
                 queue_wait=f.queue_wait,
                 run=f.run_time,
                 completion=dt.timedelta(seconds=now - f.finished_at),
             )
-            self._events.publish(
-                Event(kind=kind, job=r.job, queue=r.job.queue, error=f.message, timings=timings)
-            )
+            kind = river_event_kind(f.kind, r.job.state)
+            if kind is not None:
+                self._events.publish(
+                    Event(kind=kind, job=r.job, queue=r.job.queue, error=f.message, timings=timings)
+                )
+            if not r.applied and not (f.completed_tx and r.job.state == JobState.COMPLETED):
+                self._events.publish(
+                    Event(
+                        kind=EventKind.JOB_RACE,
+                        job=r.job,
+                        queue=r.job.queue,
+                        error=f.message,
+                        timings=timings,
+                    )
+                )
             if r.applied and r.job.state == JobState.DISCARDED:
                 self._events.publish(
                     Event(

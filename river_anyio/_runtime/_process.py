@@ -25,20 +25,15 @@ logger = logging.getLogger("river_anyio.executor")
 
 
 class ProcessWorkerError(Exception):
-    """A process worker raised; the child's error text (and trace, in ``trace``).
-
-    Recorded as the child's own text and trace, not as this exception's.
-    """
-
-    river_error_text = True
+    """A process worker raised: the child's error text (recorded as the attempt's error, as
+    any exception's text is) and its traceback (in ``trace``, and as a note, so the log
+    record of the failure shows where the child raised)."""
 
     def __init__(self, message: str, trace: str = "") -> None:
         super().__init__(message)
         self.trace = trace
-
-    @property
-    def river_trace(self) -> str:
-        return self.trace
+        if trace:
+            self.add_note(f"the process worker's traceback:\n{trace.rstrip()}")
 
 
 class ProcessRunner:

@@ -55,15 +55,21 @@ def main() -> None:
         elif isinstance(result, CancelOutcome):
             out = {"ok": True, "cancel": result.reason}
         else:
-            out = {"ok": False, "error": f"TypeError: worker returned {type(result).__name__}",
-                   "trace": ""}  # fmt: skip
+            out = {"ok": False, "error": f"worker for {row.kind!r} returned "
+                   f"{type(result).__name__}; expected None or an outcome (snooze, discard, "
+                   "cancel)", "trace": ""}  # fmt: skip
     except JobCancelledInProcess:
         out = {"ok": False, "cancelled": True, "error": "job cancelled", "trace": ""}
     except BaseException as exc:
-        text = str(exc)
+        # the text the parent records (as its runner records an exception's, River's
+        # err.Error()); the traceback goes to the parent's log
+        try:
+            text = str(exc)
+        except Exception:
+            text = ""
         out = {
             "ok": False,
-            "error": f"{type(exc).__name__}: {text}" if text else type(exc).__name__,
+            "error": text or type(exc).__name__,
             "trace": "".join(traceback.format_exception(exc)),
         }
     sys.stdout.write(json.dumps(out))

@@ -10,7 +10,8 @@ An attempt ends in exactly one completion handed to the completer:
 - returned ``snooze(d)``: ``available``/``scheduled`` at now + d, the attempt given back;
 - returned ``discard(reason)`` / ``cancel(reason)``: finalized with the reason recorded;
 - raised (or timed out, or unknown kind, or undecodable args): the error is recorded and the
-  job retries per the retry policy, or is discarded when out of attempts;
+  job retries per the retry policy, or is discarded when out of attempts (its text as River
+  records an error, its traceback only in the log: see :func:`_error_text`);
 - cancelled remotely: ``cancelled`` unless the worker still completed cleanly;
 - interrupted because the client is stopping: back to ``available`` with its attempt restored
   and no error recorded.
@@ -25,7 +26,6 @@ import json
 import logging
 import math
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
@@ -40,7 +40,7 @@ from .._events import EventKind
 from .._fastinit import positional_constructor
 from .._job import JobRow, JobState
 from .._logging import job_extra
-from .._resumable import ResumableStepError, has_progress
+from .._resumable import has_progress
 from .._retry import DefaultRetryPolicy
 from .._timeutil import format_rfc3339nano
 from .._work import (
@@ -74,9 +74,6 @@ _default_policy = DefaultRetryPolicy()
 class UnknownJobKindError(Exception):
     """No worker is registered for a claimed job's kind (River's message)."""
 
-    #: recorded as River's bare message, without the exception type name
-    river_error_text = True
-
     def __init__(self, kind: str) -> None:
         super().__init__(f"job kind is not registered in the client's Workers bundle: {kind}")
 
@@ -87,18 +84,26 @@ class JobTimeoutError(Exception):
 
 
 def _error_text(exc: BaseException) -> str:
-    text = str(exc)
-    if getattr(exc, "river_error_text", False):  # already the text to record
-        return text[:MAX_ERROR_TEXT]
-    name = type(exc).__name__
-    return (f"{name}: {text}" if text else name)[:MAX_ERROR_TEXT]
+    """The ``error`` River records for an attempt that raised ``exc``.
+
+    River Go records the error's own message (``err.Error()``), and a ``trace`` only for a
+    panic, which Python does not have: so ``str(exc)`` with an empty trace, and the traceback
+    goes to the log record of the failure. An exception raised without a message (``raise
+    TimeoutError``) has empty text, and Go's errors never do: its class name is recorded
+    instead, so an attempt's error always says what happened (as it does when ``__str__``
+    itself fails).
+    """
+    try:
+        text = str(exc)
+    except Exception:
+        text = ""
+    return (text or type(exc).__name__)[:MAX_ERROR_TEXT]
 
 
-def _trace_text(exc: BaseException) -> str:
-    own = getattr(exc, "river_trace", None)  # a process worker's trace, from the child
-    if isinstance(own, str):
-        return own[:MAX_ERROR_TEXT]
-    return "".join(traceback.format_exception(exc))[:MAX_ERROR_TEXT]
+def _log_exc_info(exc: BaseException) -> BaseException | None:
+    """``exc`` for a log record's ``exc_info`` when it has a traceback (or a cause) to show;
+    an error the runtime made up (a timeout, an unknown kind) has none."""
+    return exc if exc.__traceback__ is not None or exc.__cause__ is not None else None
 
 
 def _snoozes(metadata: Any) -> int:
@@ -137,11 +142,10 @@ def _completed(row: JobRow, now: dt.datetime, start: float, started: float) -> F
 
 
 class _Failure:
-    __slots__ = ("exc", "trace")
+    __slots__ = ("exc",)
 
-    def __init__(self, exc: BaseException, trace: bool = True) -> None:
+    def __init__(self, exc: BaseException) -> None:
         self.exc = exc
-        self.trace = trace
 
 
 class JobRunner:
@@ -190,7 +194,7 @@ class JobRunner:
         attempt.started = time.monotonic()
         reg = attempt.reg = self._config.workers.get(row.kind)
         if reg is None:
-            attempt.result = _Failure(UnknownJobKindError(row.kind), trace=False)
+            attempt.result = _Failure(UnknownJobKindError(row.kind))
             return
         cls = reg.args_cls
         structure = self._structure.get(cls)
@@ -199,7 +203,9 @@ class JobRunner:
         try:
             job: Job[Any] = _make_job(row, structure(row.args, cls))
         except Exception as exc:
-            attempt.result = _Failure(ValueError(f"cannot decode args of {row.kind!r}: {exc}"))
+            err = ValueError(f"cannot decode args of {row.kind!r}: {exc}")
+            err.__cause__ = exc  # its traceback in the log
+            attempt.result = _Failure(err)
             return
         own = reg.job_timeout(job)
         timeout = self._config.job_timeout if isinstance(own, _Unset) else own
@@ -307,7 +313,7 @@ class JobRunner:
                 result = CancelOutcome(REMOTE_CANCEL_REASON)
             else:
                 assert attempt.timeout is not None
-                result = _Failure(JobTimeoutError(attempt.timeout), trace=False)
+                result = _Failure(JobTimeoutError(attempt.timeout))
         elif remote and result is not None:
             # River: once cancelled remotely, anything but a clean success cancels
             result = CancelOutcome(REMOTE_CANCEL_REASON)
@@ -472,8 +478,9 @@ class JobRunner:
         discard_cause: str | None = None
         params: dict[str, Any] = {"id": row.id, "attempt": row.attempt}
 
-        def err_elem(exc: BaseException | str, trace: bool = False) -> bytes:
-            # an outcome's reason (a str) is recorded as given, with no exception type name
+        def err_elem(exc: BaseException | str) -> bytes:
+            # an outcome's reason (a str) is recorded as given; never a trace (River Go
+            # records one only for a panic)
             nonlocal error_text
             text = exc if isinstance(exc, str) else _error_text(exc)
             error_text = text[:MAX_ERROR_TEXT]
@@ -482,7 +489,7 @@ class JobRunner:
                     "at": format_rfc3339nano(dt.datetime.fromtimestamp(start, dt.UTC)),
                     "attempt": row.attempt,
                     "error": error_text,
-                    "trace": _trace_text(exc) if trace and not isinstance(exc, str) else "",
+                    "trace": "",
                 },
                 separators=(",", ":"),
             ).encode()
@@ -509,10 +516,16 @@ class JobRunner:
             )
         elif isinstance(result, _CancelAfterError):
             kind = EventKind.JOB_CANCELLED
-            params.update(
-                state=JobState.CANCELLED,
-                finalized_at=now,
-                error=err_elem(result.failure.exc, result.failure.trace),
+            exc = result.failure.exc
+            params.update(state=JobState.CANCELLED, finalized_at=now, error=err_elem(exc))
+            logger.info(
+                "job %d (%s) failed on attempt %d; its error handler cancelled it: %s",
+                row.id,
+                row.kind,
+                row.attempt,
+                error_text,
+                exc_info=_log_exc_info(exc),
+                extra=job_extra("job_failed", row, self._config.id),
             )
         elif isinstance(result, DiscardOutcome):
             kind = EventKind.JOB_FAILED
@@ -526,7 +539,7 @@ class JobRunner:
             if not isinstance(result, _Failure):
                 result = _bad_return(row, result)
             kind = EventKind.JOB_FAILED
-            elem = err_elem(result.exc, result.trace)
+            elem = err_elem(result.exc)
             if row.attempt >= row.max_attempts:
                 params.update(state=JobState.DISCARDED, finalized_at=now, error=elem)
                 discard_cause = (
@@ -550,6 +563,7 @@ class JobRunner:
                     row.kind,
                     row.attempt,
                     error_text,
+                    exc_info=_log_exc_info(result.exc),
                     extra=job_extra("job_failed", row, self._config.id),
                 )
             else:
@@ -643,8 +657,7 @@ def _bad_return(row: JobRow, result: object) -> _Failure:
         TypeError(
             f"worker for {row.kind!r} returned {type(result).__name__}; expected None or an "
             "outcome (snooze, discard, cancel)"
-        ),
-        trace=False,
+        )
     )
 
 
@@ -656,7 +669,7 @@ def _resumable_outcome(ctx: WorkContext, result: Any) -> Any:
     if result is None:
         err = state.final_error()
         if err is not None:
-            result = _Failure(err, trace=not isinstance(err, ResumableStepError))
+            result = _Failure(err)
     if result is not None:
         ctx._metadata_updates = {**(ctx._metadata_updates or {}), **state.progress_updates()}
     return result

@@ -17,7 +17,7 @@ import attrs
 from .._errors import ValidationError
 from .._fastinit import positional_constructor
 from .._job import AttemptError, JobRow, JobState
-from .._timeutil import parse_rfc3339
+from .._timeutil import parse_rfc3339_ns
 from ._protocol import JobListQuery
 
 __all__ = [
@@ -47,11 +47,13 @@ def require_aware(value: dt.datetime, field: str) -> None:
 
 def attempt_error(obj: Mapping[str, Any]) -> AttemptError:
     """One element of a row's ``errors`` (River's ``AttemptError`` JSON), decoded."""
+    at, nanosecond = parse_rfc3339_ns(obj["at"])
     return AttemptError(
-        at=parse_rfc3339(obj["at"]),
+        at=at,
         attempt=int(obj.get("attempt", 0)),
         error=str(obj.get("error", "")),
         trace=str(obj.get("trace") or ""),
+        at_nanosecond=nanosecond,
     )
 
 

@@ -218,6 +218,29 @@ def test_cursor_text_is_rivers() -> None:
     assert river.JobListCursor.decode(text) == plain
 
 
+def test_cursor_text_escapes_like_go() -> None:
+    """River Go's cursor for a kind with characters its JSON encoder escapes (``<``, ``>``,
+    ``&``, U+2028), byte for byte: both write the same text for the same page."""
+    kind = "conformance_cursor<>&~~~\u2028é"
+    cursor = river.JobListCursor(id=4, kind=kind, queue="default", sort_field="id")
+    raw = base64.urlsafe_b64decode(cursor.encode())
+    assert raw == (
+        b'{"id":4,"kind":"conformance_cursor\\u003c\\u003e\\u0026~~~\\u2028\xc3\xa9",'
+        b'"queue":"default","sort_field":"id","time":"0001-01-01T00:00:00Z"}'
+    )
+    # the text River Go's JobListCursor.MarshalText wrote for this kind's first page
+    go = (
+        "eyJpZCI6NCwia2luZCI6ImNvbmZvcm1hbmNlX2N1cnNvclx1MDAzY1x1MDAzZVx1MDAyNn5-fiIsInF1ZXVl"
+        "IjoiZGVmYXVsdCIsInNvcnRfZmllbGQiOiJpZCIsInRpbWUiOiIwMDAxLTAxLTAxVDAwOjAwOjAwWiJ9"
+    )
+    first = river.JobListCursor(
+        id=4, kind="conformance_cursor<>&~~~", queue="default", sort_field="id"
+    )
+    assert first.encode() == go
+    assert river.JobListCursor.decode(go).kind == "conformance_cursor<>&~~~"
+    assert river.JobListCursor.decode(cursor.encode()) == cursor
+
+
 async def test_list_tx_sees_the_transaction(database_url: str) -> None:
     async with client_on(database_url) as client:
         with pytest.raises(Undo):

@@ -198,7 +198,12 @@ def job_json(row: river.JobRow) -> dict[str, Any]:
         "attempted_by": list(row.attempted_by),
         "created_at": _time_text(row.created_at),
         "errors": [
-            {"at": _time_text(e.at), "attempt": e.attempt, "error": e.error, "trace": e.trace}
+            {
+                "at": format_rfc3339nano(e.at.astimezone(dt.UTC), e.at_nanosecond),
+                "attempt": e.attempt,
+                "error": e.error,
+                "trace": e.trace,
+            }
             for e in row.errors
         ],
         "finalized_at": _time_text(row.finalized_at),

@@ -390,6 +390,7 @@ async def test_errors_and_attempted_by_are_converted(pg_url: str) -> None:
                 attempt=1,
                 error="boom",
                 trace="main.go:1",
+                at_nanosecond=789,  # the nanoseconds Go wrote past the microseconds
             ),
             AttemptError(at=dt.datetime(2025, 1, 2, 3, 4, 6, tzinfo=UTC), attempt=2, error="again"),
         )

@@ -289,6 +289,7 @@ async def test_timestamp_formats_read_back(sqlite_url: str) -> None:
                     attempt=1,
                     error="boom",
                     trace="t",
+                    at_nanosecond=789,  # the nanoseconds Go wrote past the microseconds
                 ),
                 AttemptError(
                     at=dt.datetime(2024, 5, 6, 7, 8, 10, tzinfo=UTC), attempt=2, error="again"

@@ -15,7 +15,7 @@ import anyio
 import attrs
 
 import river_anyio as river
-from river_anyio._timeutil import parse_rfc3339
+from river_anyio._timeutil import parse_rfc3339, parse_rfc3339_ns
 
 QUEUE = "interop"
 
@@ -137,7 +137,8 @@ def assert_same_row(go: dict[str, Any], ours: river.JobRow) -> None:
     assert _time(go["created_at"]) == ours.created_at
     assert len(go["errors"] or []) == len(ours.errors)
     for theirs, mine in zip(go["errors"] or [], ours.errors, strict=True):
-        assert parse_rfc3339(theirs["at"]) == mine.at
+        # to the nanosecond Go wrote (a datetime holds microseconds, at_nanosecond the rest)
+        assert parse_rfc3339_ns(theirs["at"]) == (mine.at, mine.at_nanosecond)
         assert (theirs["attempt"], theirs["error"], theirs["trace"]) == (
             mine.attempt,
             mine.error,

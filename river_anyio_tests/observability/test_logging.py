@@ -10,6 +10,7 @@ import ast
 import importlib
 import logging
 import pkgutil
+import traceback
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -150,7 +151,12 @@ async def test_a_failed_job_logs_its_ids(database_url: str) -> None:
             failed = await records.wait_for("job_failed", lambda r: r.river_job_id == job.id)
     assert failed.name == "river_anyio.executor"
     assert failed.levelno == logging.INFO
-    assert failed.getMessage() == f"job {job.id} (failing) failed on attempt 1: ValueError: boom"
+    assert failed.getMessage() == f"job {job.id} (failing) failed on attempt 1: boom"
+    # the traceback the job's row does not hold (River records none for an error) is here
+    assert failed.exc_info is not None
+    exc = failed.exc_info[1]
+    assert isinstance(exc, ValueError) and exc.args == ("boom",)
+    assert "in _fail" in "".join(traceback.format_exception(exc))
     assert (
         failed.river_client_id,
         failed.river_queue,

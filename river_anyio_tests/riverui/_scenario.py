@@ -24,7 +24,7 @@ PAUSED_QUEUE = "reports"
 
 
 class PaymentDeclinedError(Exception):
-    """The error the charge worker raises, so its text and traceback are ours."""
+    """The error the charge worker raises, so its text is ours."""
 
 
 @attrs.frozen

@@ -8,7 +8,7 @@ with ``river-anyio migrate-up``, has a river_anyio client work the tests' mix of
 (``_scenario.py``) and keeps it running, serves River UI (built as the tests build it) on it,
 and has headless Chromium (Debian's ``chromium`` package, driven over its DevTools pipe) save
 three PNGs, 1280 wide, each once the page shows its data: the jobs list, a failed job's detail
-with its error and traceback opened, and the queues page. The database is dropped at the end.
+with its error, and the queues page. The database is dropped at the end.
 CI does not run this (no Chromium there); the API checks in ``test_riverui.py`` run there.
 """
 
@@ -164,11 +164,11 @@ async def take(server_url: str, out_dir: Path, chromium: str, binary: Path) -> N
         mix = await work_the_mix(run, workers, emails=12)
         await anyio.Path(out_dir).mkdir(parents=True, exist_ok=True)
         # (page, text it shows once its data has loaded, height, open collapsed sections):
-        # the job's page is taller, down to the end of its error's traceback.
+        # the job's page is taller, down to the end of its errors.
         pages = {
             "jobs-completed.png": ("/jobs?state=completed", "user0@example.com", HEIGHT, False),
-            "job-errors.png": (f"/jobs/{mix.discarded}", "PaymentDeclinedError", DETAIL_HEIGHT,
-                               True),
+            "job-errors.png": (f"/jobs/{mix.discarded}", "card declined for globex",
+                               DETAIL_HEIGHT, True),
             "queues.png": ("/queues", "Paused", HEIGHT, False),
         }  # fmt: skip
         with tempfile.TemporaryDirectory(prefix="riverui-chromium-") as profile:

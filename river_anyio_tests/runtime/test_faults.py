@@ -18,6 +18,7 @@ import pytest
 
 import river_anyio as river
 from river_anyio._config import ClientConfig
+from river_anyio._runtime._completer import river_event_kind
 
 from ..faulty import FaultyDriver, open_faulty
 from .lifecycle_support import (
@@ -409,16 +410,29 @@ def _now() -> Any:
 # --- the attempt guard -----------------------------------------------------------------------------
 
 
+_K = river.EventKind
+
+
 @pytest.mark.parametrize(
-    "change",
+    ("change", "kinds"),
     [
-        "attempt = attempt + 1",  # re-claimed: another attempt owns the row now
-        "state = 'retryable', scheduled_at = created_at",  # rescued meanwhile
+        # re-claimed: another attempt owns the row, still running: River sends no event
+        ("attempt = attempt + 1", [_K.JOB_RACE]),
+        # rescued meanwhile: River's completer names the row's state, retryable: failed
+        ("state = 'retryable', scheduled_at = created_at", [_K.JOB_FAILED, _K.JOB_RACE]),
+        # finished by someone else: completed, or discarded (failed), or cancelled
+        ("state = 'completed', finalized_at = created_at", [_K.JOB_COMPLETED, _K.JOB_RACE]),
+        ("state = 'discarded', finalized_at = created_at", [_K.JOB_FAILED, _K.JOB_RACE]),
+        ("state = 'cancelled', finalized_at = created_at", [_K.JOB_CANCELLED, _K.JOB_RACE]),
     ],
 )
 async def test_a_completion_for_a_stale_attempt_is_not_applied(
-    database_url: str, change: str
+    database_url: str, change: str, kinds: list[river.EventKind]
 ) -> None:
+    """The row is left as it was (but for the metadata, merged); the events are River's for
+    the row as it is (River's completer sends them whether its write applied or not), then
+    ``job_race``."""
+
     def on_start(ctx: river.WorkContext, job: river.Job[Any]) -> None:
         ctx.set_metadata("seen_by", "stale attempt")
 
@@ -443,14 +457,50 @@ async def test_a_completion_for_a_stale_attempt_is_not_applied(
                 assert changed == 1
                 before = await read_job(database_url, job.id)
                 gate.release.set()
-                event = await next_event(sub, river.EventKind.JOB_RACE, job.id)
+                seen: list[river.Event] = []
+                with anyio.fail_after(SOON):
+                    async for ev in sub:
+                        if ev.job is not None and ev.job.id == job.id:
+                            seen.append(ev)
+                            if ev.kind is river.EventKind.JOB_RACE:
+                                break
             assert _stats(run).races == 1
+    assert [ev.kind for ev in seen] == kinds
+    event = seen[-1]
+    assert all(ev.job == event.job for ev in seen)
     assert event.job is not None
     assert event.job.state is before.state and event.job.attempt == before.attempt
     row = await read_job(database_url, job.id)
     assert (row.state, row.attempt, row.errors) == (before.state, before.attempt, ())
-    assert row.finalized_at is None
+    assert row.finalized_at == before.finalized_at
     assert row.metadata["seen_by"] == "stale attempt"  # metadata is merged all the same
+
+
+@pytest.mark.parametrize(
+    ("asked", "state", "kind"),
+    [
+        (_K.JOB_COMPLETED, river.JobState.COMPLETED, _K.JOB_COMPLETED),
+        (_K.JOB_COMPLETED, river.JobState.DISCARDED, _K.JOB_FAILED),
+        (_K.JOB_COMPLETED, river.JobState.CANCELLED, _K.JOB_CANCELLED),
+        (_K.JOB_COMPLETED, river.JobState.RETRYABLE, _K.JOB_FAILED),
+        (_K.JOB_COMPLETED, river.JobState.SCHEDULED, _K.JOB_SNOOZED),
+        (_K.JOB_COMPLETED, river.JobState.RUNNING, None),
+        (_K.JOB_COMPLETED, river.JobState.PENDING, None),
+        # available is a retry, a short snooze or an interruption: what was asked says which,
+        # and a completion or cancel that found the job available (retried meanwhile) failed
+        (_K.JOB_COMPLETED, river.JobState.AVAILABLE, _K.JOB_FAILED),
+        (_K.JOB_CANCELLED, river.JobState.AVAILABLE, _K.JOB_FAILED),
+        (_K.JOB_FAILED, river.JobState.AVAILABLE, _K.JOB_FAILED),
+        (_K.JOB_SNOOZED, river.JobState.AVAILABLE, _K.JOB_SNOOZED),
+        (_K.JOB_INTERRUPTED, river.JobState.AVAILABLE, _K.JOB_INTERRUPTED),
+        # a retry that found a cancel asked for is written cancelled
+        (_K.JOB_FAILED, river.JobState.CANCELLED, _K.JOB_CANCELLED),
+    ],
+)
+def test_completion_events_are_rivers_for_the_row_as_written(
+    asked: river.EventKind, state: river.JobState, kind: river.EventKind | None
+) -> None:
+    assert river_event_kind(asked, state) is kind
 
 
 # --- poll-only mode ------------------------------------------------------------------------------
