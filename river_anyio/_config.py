@@ -492,8 +492,9 @@ class Config:
             that one may follow a claim that got rows by a hundredth of it.
         fetch_poll_interval: How often a queue is fetched without notifications (1 s).
         poll_only: Poll instead of listening for notifications (False).
-        fetch_only_known_kinds: Claim only jobs of kinds that have a worker here (False: a
-            job of an unknown kind is claimed and fails, as in River).
+        fetch_only_known_kinds: Claim only jobs of kinds that have a worker here, their
+            ``kind_aliases`` included (False: a job of an unknown kind is claimed and fails,
+            as in River).
         retry_policy: An object with ``next_retry(job_row, now) -> datetime``
             (:class:`DefaultRetryPolicy`, River's).
         error_handler: An object with ``handle_error(job_row, exc)`` (may be async), called
