@@ -116,14 +116,24 @@ class WorkerPool:
             ready.append(attempt)
         self._kick()
 
-    def cancel(self, job_id: int, reason: CancelReason) -> Attempt | None:
-        """Cancel a running attempt; returns it, or None when that job is not running."""
-        attempt = self._attempts.get(job_id)
-        if attempt is None or attempt.scope is None:
+    def attempts(self) -> dict[int, Attempt]:
+        """The attempts held, by job id (a copy)."""
+        return dict(self._attempts)
+
+    def cancel(
+        self, job_id: int, reason: CancelReason, attempt: Attempt | None = None
+    ) -> Attempt | None:
+        """Cancel a running attempt (``attempt`` only: not a later attempt of the same job);
+        returns it, or None when that job, or that attempt, is not running."""
+        held = self._attempts.get(job_id)
+        if held is None or (attempt is not None and held is not attempt):
             return None
-        attempt.reason = reason
-        attempt.scope.cancel(reason.value)
-        return attempt
+        scope = held.scope
+        if scope is None:
+            return None
+        held.reason = reason
+        scope.cancel(reason.value)
+        return held
 
     def close(self) -> None:
         """No more rows come: workers finish what is ready and leave."""

@@ -36,7 +36,7 @@ from .._logging import queue_extra
 from .._queue_limits import LIMITS_TABLE, limits_table_missing
 from ..drivers import Driver, Notification
 from ._completer import Completer, Finished
-from ._control import HOT_OPERATION_TIMEOUT, QueueControl
+from ._control import HOT_OPERATION_TIMEOUT, NOTIFICATION_POLL, QUEUE_POLL, QueueControl
 from ._health import Contact
 from ._pacing import NO_LOW_WATER, FetchPacer
 from ._pool import WorkerPool
@@ -207,8 +207,9 @@ class Producer:
             control = self._queue_control
             if receive is not None:
                 services.start_soon(control.notifications, receive)
-            elif self._config.poll_only:
-                services.start_soon(control.poll_settings)
+            # River's polls of cancellation requests and settings: the only way without
+            # notifications, a fallback for those lost with them
+            services.start_soon(control.poll, QUEUE_POLL if receive is None else NOTIFICATION_POLL)
             services.start_soon(control.report_queue)
             try:
                 async with anyio.create_task_group() as work:

@@ -597,6 +597,56 @@ async def test_remote_cancel(database_url: str, clock: FixedClock) -> None:
     assert handled == []
 
 
+@pytest.mark.parametrize("poll_only", [True, False], ids=["poll_only", "listening"])
+async def test_a_remote_cancel_is_also_found_by_polling(
+    database_url: str, clock: FixedClock, monkeypatch: pytest.MonkeyPatch, poll_only: bool
+) -> None:
+    """River's cancellation poll: without notifications (poll only) it is how a running job
+    learns of its remote cancel; with them it catches a cancel whose notification was lost
+    (here: never sent). Jobs without a request run on."""
+    from river_anyio._runtime import _producer
+
+    # River's 2 s and 1 min, shortened
+    monkeypatch.setattr(_producer, "QUEUE_POLL" if poll_only else "NOTIFICATION_POLL", 0.05)
+    started = {Task.kind: anyio.Event(), Other.kind: anyio.Event()}
+    release = anyio.Event()
+
+    async def waits(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        started[job.kind].set()
+        if job.kind == Other.kind:
+            await release.wait()
+            return
+        await anyio.sleep_forever()
+
+    workers = river.Workers()
+    workers.add(Task, waits)
+    workers.add(Other, waits)
+    async with running(
+        database_url, workers, clock=clock, job_timeout=None, poll_only=poll_only
+    ) as run:
+        ex = run.client.driver.executor()
+        with run.subscribe(K.JOB_CANCELLED, K.JOB_COMPLETED, K.JOB_FAILED) as events:
+            task = await run.client.insert(Task())
+            other = await run.client.insert(Other())
+            with anyio.fail_after(10):
+                await started[Task.kind].wait()
+                await started[Other.kind].wait()
+            # another client's cancel, sent without a notification
+            flagged = await ex.job_cancel(
+                job_id=task.job.id, cancel_attempted_at=clock.at, notify=False
+            )
+            assert flagged is not None and flagged.state is S.RUNNING
+            task_ev = await next_event(events, job_id=task.job.id)
+            release.set()
+            other_ev = await next_event(events, job_id=other.job.id)
+            task_row = await get_row(run, task.job.id)
+
+    assert task_ev.kind is K.JOB_CANCELLED
+    assert task_row.state is S.CANCELLED
+    assert [e.error for e in task_row.errors] == ["JobCancelError: job cancelled remotely"]
+    assert other_ev.kind is K.JOB_COMPLETED
+
+
 # --- pause and resume -------------------------------------------------------------------------
 
 
