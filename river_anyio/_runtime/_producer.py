@@ -93,7 +93,7 @@ class Producer:
             poll_interval=config.queue_poll_interval(queue),
             clock=anyio.current_time,
             fixed_prefetch=config.fixed_prefetch,
-            prefetch=self._limits is None,
+            prefetch=config.claim_ahead and self._limits is None,
         )
         self._pool = WorkerPool(
             runner=runner,
