@@ -11,10 +11,11 @@ pool, which owns it.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -69,18 +70,39 @@ class QueueControl:
         self._resumed = resumed
         #: the queue is paused (data: read by the fetch loop and diagnostics)
         self.paused = False
+        #: while a claim is in flight, the remote cancels that matched no attempt: they may
+        #: be for rows it is claiming (see :meth:`claiming`)
+        self._unmatched: set[int] | None = None
 
     @property
     def _client_id(self) -> str:
         return self._config.id
 
     def cancel_job(self, job_id: int) -> bool:
-        """Cancel a running job of this queue (a remote cancel); True if it was running."""
+        """Cancel a job of this queue (a remote cancel): a running one stops, a claimed one
+        starts cancelled. True if this client held it."""
         attempt = self._pool.cancel(job_id, CancelReason.REMOTE)
         if attempt is None:
+            if self._unmatched is not None:
+                self._unmatched.add(job_id)
             return False
         self._log_cancel(attempt)
         return True
+
+    @contextlib.contextmanager
+    def claiming(self) -> Iterator[None]:
+        """Around a claim and the dispatch of its rows: a remote cancel that arrives meanwhile
+        may be for a row the claim is taking, which the pool does not hold yet. Such cancels
+        are kept and applied once the block has dispatched the rows, so the job starts
+        cancelled (River's pending cancellations)."""
+        unmatched: set[int] = set()
+        self._unmatched = unmatched
+        try:
+            yield
+        finally:
+            self._unmatched = None
+        for job_id in unmatched:
+            self.cancel_job(job_id)
 
     def _log_cancel(self, attempt: Attempt) -> None:
         extra = job_extra("job_cancel_remote", attempt.row, self._client_id)

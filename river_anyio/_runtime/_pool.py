@@ -123,14 +123,19 @@ class WorkerPool:
     def cancel(
         self, job_id: int, reason: CancelReason, attempt: Attempt | None = None
     ) -> Attempt | None:
-        """Cancel a running attempt (``attempt`` only: not a later attempt of the same job);
-        returns it, or None when that job, or that attempt, is not running."""
+        """Cancel an attempt (``attempt`` only: not a later attempt of the same job): a running
+        one is interrupted, one claimed but not begun starts cancelled (River's pending
+        cancellations). Returns it, or None when that job, or that attempt, is not held or
+        has run already."""
         held = self._attempts.get(job_id)
         if held is None or (attempt is not None and held is not attempt):
             return None
         scope = held.scope
         if scope is None:
-            return None
+            if held.ctx is not None or held.job is not None:
+                return None  # it ran: its result is being concluded
+            held.reason = reason  # still ready: the runner starts it cancelled
+            return held
         held.reason = reason
         scope.cancel(reason.value)
         return held

@@ -283,18 +283,19 @@ class Producer:
             return 0.0
         self.fetches += 1
         hold = 0.0
-        try:
-            if self._limits is None:
-                rows = await self._claim(limit)
-            else:
-                rows, hold = await self._claim_limited(limit)
-        except (DatabaseError, TimeoutError, MigrationError) as exc:
-            return await self._claim_failed(exc)
-        self._lost_claims.claimed(rows)
-        self._backoff.reset()
-        self.contact.failing_since = None
-        self._reconnected.clear()
-        pool.dispatch(rows)
+        with self._queue_control.claiming():
+            try:
+                if self._limits is None:
+                    rows = await self._claim(limit)
+                else:
+                    rows, hold = await self._claim_limited(limit)
+            except (DatabaseError, TimeoutError, MigrationError) as exc:
+                return await self._claim_failed(exc)
+            self._lost_claims.claimed(rows)
+            self._backoff.reset()
+            self.contact.failing_since = None
+            self._reconnected.clear()
+            pool.dispatch(rows)
         pool.low_water = pacer.claimed(len(rows), limit, len(pool), pool.finished)
         if hold > 0:
             pacer.hold(hold)

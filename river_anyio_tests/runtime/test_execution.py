@@ -27,6 +27,7 @@ import river_anyio as river
 from river_anyio import _events
 from river_anyio._timeutil import format_rfc3339nano
 from river_anyio._work import Outcome
+from river_anyio.drivers import JobInsertParams, open_driver
 
 from . import procworkers
 from .conftest import (
@@ -645,6 +646,88 @@ async def test_a_remote_cancel_is_also_found_by_polling(
     assert task_row.state is S.CANCELLED
     assert [e.error for e in task_row.errors] == ["JobCancelError: job cancelled remotely"]
     assert other_ev.kind is K.JOB_COMPLETED
+
+
+@pytest.mark.parametrize("poll_only", [True, False], ids=["poll_only", "listening"])
+async def test_a_claimed_job_cancelled_before_it_begins_starts_cancelled(
+    database_url: str,
+    clock: FixedClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    poll_only: bool,
+) -> None:
+    """River's pending cancellations: a remote cancel (by notification, or found by the
+    poll) of a job claimed but still waiting for a worker is not lost; the job starts with
+    its context cancelled, and ends cancelled."""
+    from river_anyio._config import ClientConfig
+    from river_anyio._runtime import _producer
+
+    monkeypatch.setattr(_producer, "QUEUE_POLL", 0.05)
+    caplog.set_level(logging.WARNING, logger="river_anyio.producer")
+    release = anyio.Event()
+    started: dict[int, bool] = {}  # job id -> its context was cancelled at the start
+
+    async def work(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        started[job.id] = ctx.cancelled.is_set()
+        if job.args.n == 0:
+            await release.wait()
+            return
+        await anyio.sleep_forever()
+
+    workers = river.Workers()
+    workers.add(Task, work)
+    async with open_driver(database_url) as driver, driver.transaction() as tx:
+        first, waiting = (r.job for r in await tx.job_insert_fast_many([_task(0), _task(1)]))
+    async with river.open_client(
+        database_url,
+        ClientConfig(fixed_prefetch=1),  # the second row is claimed behind the busy worker
+        queues={"default": river.QueueConfig(max_workers=1)},
+        workers=workers,
+        clock=clock,
+        job_timeout=None,
+        poll_only=poll_only,
+        leader_election_disabled=True,
+        fetch_cooldown=0.01,
+        soft_stop_timeout=2.0,
+    ) as run:
+        with run.subscribe(K.JOB_CANCELLED, K.JOB_COMPLETED) as events:
+            await wait_until(lambda: run.diagnostics.queues["default"].active_jobs == 2)
+            assert list(started) == [first.id]
+            ex = run.client.driver.executor()
+            await ex.job_cancel(job_id=waiting.id, cancel_attempted_at=clock.at)
+
+            def noticed() -> bool:
+                return any(
+                    getattr(r, "river_event", None) == "job_cancel_remote"
+                    and getattr(r, "river_job_id", None) == waiting.id
+                    for r in caplog.records
+                )
+
+            await wait_until(noticed)
+            assert list(started) == [first.id]  # still waiting for the worker
+            release.set()
+            first_ev = await next_event(events, job_id=first.id)
+            waiting_ev = await next_event(events, job_id=waiting.id)
+            row = await get_row(run, waiting.id)
+
+    assert first_ev.kind is K.JOB_COMPLETED
+    assert started == {first.id: False, waiting.id: True}
+    assert waiting_ev.kind is K.JOB_CANCELLED
+    assert row.state is S.CANCELLED and row.attempt == 1
+    assert [e.error for e in row.errors] == ["JobCancelError: job cancelled remotely"]
+
+
+def _task(n: int) -> JobInsertParams:
+    return JobInsertParams(
+        encoded_args=json.dumps({"n": n}).encode(),
+        kind=Task.kind,
+        max_attempts=25,
+        metadata=b"{}",
+        priority=1,
+        queue="default",
+        state=S.AVAILABLE,
+        tags=(),
+    )
 
 
 # --- pause and resume -------------------------------------------------------------------------
