@@ -125,10 +125,10 @@ class WorkerPool:
     ) -> Attempt | None:
         """Cancel an attempt (``attempt`` only: not a later attempt of the same job): a running
         one is interrupted, one claimed but not begun starts cancelled (River's pending
-        cancellations). Returns it, or None when that job, or that attempt, is not held or
-        has run already."""
+        cancellations). Returns it, or None when that job, or that attempt, is not held, has
+        run already, or was cancelled for this reason already (a notification and a poll)."""
         held = self._attempts.get(job_id)
-        if held is None or (attempt is not None and held is not attempt):
+        if held is None or (attempt is not None and held is not attempt) or held.reason is reason:
             return None
         scope = held.scope
         if scope is None:

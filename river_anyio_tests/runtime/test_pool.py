@@ -167,6 +167,7 @@ async def test_a_claimed_attempt_cancelled_before_it_begins_keeps_the_reason() -
             assert pool.cancel(3, CancelReason.REMOTE, Attempt(held[3].row)) is None
             pending = pool.cancel(2, CancelReason.REMOTE, held[2])
             assert pending is held[2] and pending.reason is CancelReason.REMOTE
+            assert pool.cancel(2, CancelReason.REMOTE) is None  # nothing new: no second log
             release.set()
             pool.close()
     assert runner.ended == [(1, None), (2, CancelReason.REMOTE), (3, None)]
