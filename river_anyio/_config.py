@@ -494,8 +494,14 @@ class Config:
             that one may follow a claim that got rows by a hundredth of it.
         fetch_poll_interval: How often a queue is fetched without notifications (1 s).
         poll_only: Poll instead of listening for notifications (False).
-        fetch_only_known_kinds: Claim only jobs of kinds that have a worker here (False: a
-            job of an unknown kind is claimed and fails, as in River).
+        fetch_only_known_kinds: Claim only jobs of kinds that have a worker here, their
+            ``kind_aliases`` included (False: a job of an unknown kind is claimed and fails,
+            as in River).
+        claim_ahead: While a backlog of quick jobs lasts, claim rows ahead of the free
+            slots, so the next claim's round trip overlaps the jobs being run (True; beyond
+            River, see the performance discussion). False claims only for free slots, as River
+            does: a job is claimed, and its ``attempted_at`` stamped, when a worker is free to
+            run it, and one worker runs its queue's jobs in claim order, one claim each.
         retry_policy: An object with ``next_retry(job_row, now) -> datetime``
             (:class:`DefaultRetryPolicy`, River's).
         error_handler: An object with ``handle_error(job_row, exc)`` (may be async), called
@@ -542,6 +548,7 @@ class Config:
     )
     poll_only: bool = attrs.field(default=False, validator=_bool)
     fetch_only_known_kinds: bool = attrs.field(default=False, validator=_bool)
+    claim_ahead: bool = attrs.field(default=True, validator=_bool)
     retry_policy: RetryPolicy = attrs.field(factory=DefaultRetryPolicy, converter=_retry_policy)
     error_handler: Any = attrs.field(default=None, validator=_error_handler)
     middleware: tuple[Any, ...] = attrs.field(default=(), converter=_middleware)
@@ -637,6 +644,7 @@ class ConfigOptions(TypedDict, total=False):
     fetch_poll_interval: Duration
     poll_only: bool
     fetch_only_known_kinds: bool
+    claim_ahead: bool
     retry_policy: RetryPolicy | None
     error_handler: Any
     middleware: Sequence[Any] | None

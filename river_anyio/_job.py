@@ -372,7 +372,9 @@ class JobArgs(Protocol):
     """What an args class provides: a ``kind`` class attribute.
 
     Args classes are attrs classes; they may also define ``insert_opts`` (an
-    :class:`InsertOpts`, or a method returning one) for per-kind defaults.
+    :class:`InsertOpts`, or a method returning one) for per-kind defaults, and
+    ``kind_aliases`` (a tuple of older kinds, River's ``KindAliases``) so that the worker
+    registered for the class also works jobs stored under those kinds after a rename.
     """
 
     kind: ClassVar[str]

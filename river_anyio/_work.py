@@ -19,7 +19,7 @@ import json
 import logging
 import math
 import threading
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeVar, runtime_checkable
 
 import attrs
@@ -339,6 +339,8 @@ class Registration:
     timeout: float | _Unset | None
     #: the kind's own retry policy (None: the client's)
     retry_policy: RetryPolicy | None = None
+    #: the args class's ``kind_aliases``: older kinds this worker also works
+    kind_aliases: tuple[str, ...] = ()
 
     def job_timeout(self, job: Job[Any]) -> float | _Unset | None:
         """The worker's own timeout for this job: seconds, None for none, UNSET to inherit."""
@@ -371,14 +373,46 @@ def _check_timeout(value: object, field: str) -> float | _Unset | None:
     return float(value)
 
 
+def _kind_aliases(args_cls: type, kind: str) -> tuple[str, ...]:
+    """The args class's ``kind_aliases`` (River's ``KindAliases``), checked: strings, none of
+    them the kind itself or listed twice."""
+    raw = getattr(args_cls, "kind_aliases", ())
+    name = args_cls.__name__
+    if isinstance(raw, str) or not isinstance(raw, Iterable):
+        raise ConfigError(
+            "workers", f"{name}.kind_aliases must be a tuple of kinds (str), not {raw!r}", kind
+        )
+    aliases = tuple(raw)
+    seen = {kind}
+    for alias in aliases:
+        if not isinstance(alias, str) or not alias:
+            raise ConfigError(
+                "workers", f"{name}.kind_aliases must hold non-empty strings, not {alias!r}", kind
+            )
+        if alias in seen:
+            raise ConfigError(
+                "workers", f"{name} lists kind {alias!r} more than once (kind, kind_aliases)", kind
+            )
+        seen.add(alias)
+    return aliases
+
+
 class Workers:
     """The registry of workers, by args class (and so by kind).
 
     ``workers.add(Args, work)`` or, as a decorator, ``@workers.register(Args)``.
+
+    An args class may list older kinds in a ``kind_aliases`` class attribute (River's
+    ``KindAliases``): its worker then also works jobs stored under those kinds, so a kind can
+    be renamed while jobs inserted under the old name are still waiting. Inserts always use
+    ``kind``. Every kind and alias belongs to one registration.
     """
 
     def __init__(self) -> None:
+        #: every kind and alias -> its registration
         self._by_kind: dict[str, Registration] = {}
+        #: the registrations, in the order they were added
+        self._registrations: list[Registration] = []
 
     def add(
         self,
@@ -389,7 +423,8 @@ class Workers:
         timeout: float | dt.timedelta | None = UNSET,
         retry_policy: RetryPolicy | None = None,
     ) -> None:
-        """Register the worker for ``args_cls``'s kind. A kind may be registered once.
+        """Register the worker for ``args_cls``'s kind, and for each of its ``kind_aliases``.
+        A kind or alias may be registered once (:class:`ConfigError` naming both claims).
 
         ``timeout`` overrides the client's ``job_timeout`` for this kind (None: no timeout).
         ``retry_policy`` (an object with ``next_retry(job_row, now) -> datetime``) overrides
@@ -407,8 +442,13 @@ class Workers:
             class_kind(args_cls)
         except ValidationError as exc:
             raise ConfigError("workers", exc.rule, kind) from None
-        if kind in self._by_kind:
-            raise ConfigError("workers", f"worker for kind {kind!r} is already registered", kind)
+        aliases = _kind_aliases(args_cls, kind)
+        for claimed in (kind, *aliases):
+            existing = self._by_kind.get(claimed)
+            if existing is not None:
+                raise ConfigError(
+                    "workers", _already_registered(claimed, args_cls, existing), claimed
+                )
         if run_in not in ("loop", "thread", "process"):
             raise ConfigError("run_in", "must be 'loop', 'thread' or 'process'", run_in)
         if retry_policy is not None and not callable(getattr(retry_policy, "next_retry", None)):
@@ -445,15 +485,19 @@ class Workers:
                 "workers",
                 f"run_in='process' needs an importable module-level function for {kind!r}",
             )
-        self._by_kind[kind] = Registration(
+        registration = Registration(
             kind=kind,
             args_cls=args_cls,
             work=fn,
+            kind_aliases=aliases,
             worker=worker,
             run_in=run_in,
             timeout=_check_timeout(timeout, f"workers[{kind}].timeout"),
             retry_policy=retry_policy,
         )
+        self._registrations.append(registration)
+        for claimed in (kind, *aliases):
+            self._by_kind[claimed] = registration
 
     def register(
         self,
@@ -472,16 +516,35 @@ class Workers:
         return deco
 
     def get(self, kind: str) -> Registration | None:
+        """The registration that works jobs of ``kind`` (its kind or one of its aliases)."""
         return self._by_kind.get(kind)
 
     def kinds(self) -> list[str]:
+        """Every kind a job may have for a worker here, aliases included, sorted (what
+        ``fetch_only_known_kinds`` claims)."""
         return sorted(self._by_kind)
 
     def __len__(self) -> int:
-        return len(self._by_kind)
+        """The number of registrations (an alias is not one of its own)."""
+        return len(self._registrations)
 
     def __iter__(self) -> Iterator[Registration]:
-        return iter(self._by_kind.values())
+        return iter(self._registrations)
 
     def __contains__(self, kind: object) -> bool:
+        """Whether a job of ``kind`` has a worker here (by its kind or an alias)."""
         return kind in self._by_kind
+
+
+def _already_registered(kind: str, args_cls: type, existing: Registration) -> str:
+    """Why ``kind`` of ``args_cls`` cannot be registered: ``existing`` claims it."""
+    if kind == getattr(args_cls, "kind", None) and kind == existing.kind:
+        return f"worker for kind {kind!r} is already registered"  # River's words
+    new = "" if kind == getattr(args_cls, "kind", None) else f" ({args_cls.__name__}.kind_aliases)"
+    old = existing.args_cls.__name__
+    by = (
+        f"as the kind of {old}"
+        if kind == existing.kind
+        else f"as an alias of {existing.kind!r} ({old}.kind_aliases)"
+    )
+    return f"worker for kind {kind!r}{new} is already registered {by}"

@@ -1,17 +1,21 @@
 """A queue's controls: pause and resume, remote cancels, and what brings them.
 
 Insert notifications wake the queue's fetch loop; control notifications (and the same actions
-taken locally, without a listener) pause, resume or cancel a running job; without
-notifications the queue's settings are polled; the queue's row is kept alive. A remote cancel
-is a reason set on the job's attempt by the worker pool, which owns it.
+taken locally, without a listener) pause, resume or cancel a running job. As in River, the
+queue's settings and its running jobs' cancellation requests are also polled: every
+``QUEUE_POLL`` without notifications (the only way such a client learns of them), every
+``NOTIFICATION_POLL`` with them (a notification sent while the listener was away is lost). The
+queue's row is kept alive. A remote cancel is a reason set on the job's attempt by the worker
+pool, which owns it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -21,7 +25,7 @@ from .._errors import DatabaseError
 from .._events import Event, EventHub, EventKind
 from .._logging import job_extra, queue_extra
 from ..drivers import TOPIC_CONTROL, Driver, Notification
-from ._attempt import CancelReason
+from ._attempt import Attempt, CancelReason
 
 if TYPE_CHECKING:
     from .._config import ClientConfig
@@ -33,7 +37,13 @@ logger = logging.getLogger("river_anyio.producer")
 
 HOT_OPERATION_TIMEOUT = 10.0
 QUEUE_REPORT_INTERVAL = 600.0
-QUEUE_SETTINGS_POLL = 2.0
+#: How often a queue without notifications polls its settings and cancellation requests
+#: (River's queue poll interval).
+QUEUE_POLL = 2.0
+#: How often a queue with notifications polls them anyway (River's notification poll interval).
+NOTIFICATION_POLL = 60.0
+#: The most running jobs one cancellation poll asks about (River's batch).
+CANCEL_POLL_BATCH = 1000
 
 
 class QueueControl:
@@ -60,19 +70,43 @@ class QueueControl:
         self._resumed = resumed
         #: the queue is paused (data: read by the fetch loop and diagnostics)
         self.paused = False
+        #: while a claim is in flight, the remote cancels that matched no attempt: they may
+        #: be for rows it is claiming (see :meth:`claiming`)
+        self._unmatched: set[int] | None = None
 
     @property
     def _client_id(self) -> str:
         return self._config.id
 
     def cancel_job(self, job_id: int) -> bool:
-        """Cancel a running job of this queue (a remote cancel); True if it was running."""
+        """Cancel a job of this queue (a remote cancel): a running one stops, a claimed one
+        starts cancelled. True if this client held it."""
         attempt = self._pool.cancel(job_id, CancelReason.REMOTE)
         if attempt is None:
+            if self._unmatched is not None:
+                self._unmatched.add(job_id)
             return False
-        extra = job_extra("job_cancel_remote", attempt.row, self._client_id)
-        logger.warning("job %d cancelled remotely", job_id, extra=extra)
+        self._log_cancel(attempt)
         return True
+
+    @contextlib.contextmanager
+    def claiming(self) -> Iterator[None]:
+        """Around a claim and the dispatch of its rows: a remote cancel that arrives meanwhile
+        may be for a row the claim is taking, which the pool does not hold yet. Such cancels
+        are kept and applied once the block has dispatched the rows, so the job starts
+        cancelled (River's pending cancellations)."""
+        unmatched: set[int] = set()
+        self._unmatched = unmatched
+        try:
+            yield
+        finally:
+            self._unmatched = None
+        for job_id in unmatched:
+            self.cancel_job(job_id)
+
+    def _log_cancel(self, attempt: Attempt) -> None:
+        extra = job_extra("job_cancel_remote", attempt.row, self._client_id)
+        logger.warning("job %d cancelled remotely", attempt.row.id, extra=extra)
 
     def set_paused(self, paused: bool) -> None:
         if paused == self.paused:
@@ -90,27 +124,33 @@ class QueueControl:
             self._resumed()
 
     async def reconcile(self) -> None:
-        """After missed notifications: re-poll the queue, and cancel running jobs that were
-        cancelled remotely meanwhile."""
+        """After missed notifications: re-poll the queue, cancel running jobs that were
+        cancelled remotely meanwhile, and read the queue's settings again."""
         self._trigger()
-        ids = self._pool.job_ids()
-        if not ids:
-            return
+        await self.poll_cancellations_once()
+        await self.poll_settings_once()
+
+    async def poll_cancellations_once(self) -> None:
+        """Cancel the attempts this queue runs whose jobs were cancelled remotely (River's
+        cancellation poll). The attempts are taken before the query: one that ended meanwhile
+        is left alone, and so is a later attempt of the same job."""
+        attempts = self._pool.attempts()
+        ids = list(attempts)
         try:
-            rows = await self._driver.executor().job_list(ids=ids, limit=len(ids))
-        except DatabaseError as exc:
+            for start in range(0, len(ids), CANCEL_POLL_BATCH):
+                batch = ids[start : start + CANCEL_POLL_BATCH]
+                with anyio.fail_after(HOT_OPERATION_TIMEOUT):
+                    requested = await self._driver.executor().job_get_cancel_requested(batch)
+                for job_id in requested:
+                    if self._pool.cancel(job_id, CancelReason.REMOTE, attempts[job_id]):
+                        self._log_cancel(attempts[job_id])
+        except (DatabaseError, TimeoutError) as exc:
             logger.warning(
-                "producer %s: reconciling cancellations failed: %s",
+                "producer %s: polling cancellations failed: %s",
                 self.queue,
                 exc,
                 extra=queue_extra("reconcile_failed", self.queue, self._client_id),
             )
-            return
-        for row in rows:
-            if "cancel_attempted_at" in row.metadata:
-                self.cancel_job(row.id)
-        if not self._config.poll_only:
-            await self.poll_settings_once()
 
     def control(self, payload: dict[str, Any]) -> None:
         action = payload.get("action")
@@ -143,9 +183,11 @@ class QueueControl:
                 if note.topic == TOPIC_CONTROL:
                     self.control(payload)
 
-    async def poll_settings(self) -> None:
+    async def poll(self, interval: float) -> None:
+        """Poll cancellation requests and the queue's settings every ``interval``."""
         while True:
-            await anyio.sleep(QUEUE_SETTINGS_POLL)
+            await anyio.sleep(interval)
+            await self.poll_cancellations_once()
             await self.poll_settings_once()
 
     async def poll_settings_once(self) -> None:

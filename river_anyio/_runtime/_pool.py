@@ -116,14 +116,29 @@ class WorkerPool:
             ready.append(attempt)
         self._kick()
 
-    def cancel(self, job_id: int, reason: CancelReason) -> Attempt | None:
-        """Cancel a running attempt; returns it, or None when that job is not running."""
-        attempt = self._attempts.get(job_id)
-        if attempt is None or attempt.scope is None:
+    def attempts(self) -> dict[int, Attempt]:
+        """The attempts held, by job id (a copy)."""
+        return dict(self._attempts)
+
+    def cancel(
+        self, job_id: int, reason: CancelReason, attempt: Attempt | None = None
+    ) -> Attempt | None:
+        """Cancel an attempt (``attempt`` only: not a later attempt of the same job): a running
+        one is interrupted, one claimed but not begun starts cancelled (River's pending
+        cancellations). Returns it, or None when that job, or that attempt, is not held, has
+        run already, or was cancelled for this reason already (a notification and a poll)."""
+        held = self._attempts.get(job_id)
+        if held is None or (attempt is not None and held is not attempt) or held.reason is reason:
             return None
-        attempt.reason = reason
-        attempt.scope.cancel(reason.value)
-        return attempt
+        scope = held.scope
+        if scope is None:
+            if held.ctx is not None or held.job is not None:
+                return None  # it ran: its result is being concluded
+            held.reason = reason  # still ready: the runner starts it cancelled
+            return held
+        held.reason = reason
+        scope.cancel(reason.value)
+        return held
 
     def close(self) -> None:
         """No more rows come: workers finish what is ready and leave."""

@@ -36,7 +36,7 @@ from .._logging import queue_extra
 from .._queue_limits import LIMITS_TABLE, limits_table_missing
 from ..drivers import Driver, Notification
 from ._completer import Completer, Finished
-from ._control import HOT_OPERATION_TIMEOUT, QueueControl
+from ._control import HOT_OPERATION_TIMEOUT, NOTIFICATION_POLL, QUEUE_POLL, QueueControl
 from ._health import Contact
 from ._pacing import NO_LOW_WATER, FetchPacer
 from ._pool import WorkerPool
@@ -93,7 +93,7 @@ class Producer:
             poll_interval=config.queue_poll_interval(queue),
             clock=anyio.current_time,
             fixed_prefetch=config.fixed_prefetch,
-            prefetch=self._limits is None,
+            prefetch=config.claim_ahead and self._limits is None,
         )
         self._pool = WorkerPool(
             runner=runner,
@@ -207,8 +207,9 @@ class Producer:
             control = self._queue_control
             if receive is not None:
                 services.start_soon(control.notifications, receive)
-            elif self._config.poll_only:
-                services.start_soon(control.poll_settings)
+            # River's polls of cancellation requests and settings: the only way without
+            # notifications, a fallback for those lost with them
+            services.start_soon(control.poll, QUEUE_POLL if receive is None else NOTIFICATION_POLL)
             services.start_soon(control.report_queue)
             try:
                 async with anyio.create_task_group() as work:
@@ -282,18 +283,19 @@ class Producer:
             return 0.0
         self.fetches += 1
         hold = 0.0
-        try:
-            if self._limits is None:
-                rows = await self._claim(limit)
-            else:
-                rows, hold = await self._claim_limited(limit)
-        except (DatabaseError, TimeoutError, MigrationError) as exc:
-            return await self._claim_failed(exc)
-        self._lost_claims.claimed(rows)
-        self._backoff.reset()
-        self.contact.failing_since = None
-        self._reconnected.clear()
-        pool.dispatch(rows)
+        with self._queue_control.claiming():
+            try:
+                if self._limits is None:
+                    rows = await self._claim(limit)
+                else:
+                    rows, hold = await self._claim_limited(limit)
+            except (DatabaseError, TimeoutError, MigrationError) as exc:
+                return await self._claim_failed(exc)
+            self._lost_claims.claimed(rows)
+            self._backoff.reset()
+            self.contact.failing_since = None
+            self._reconnected.clear()
+            pool.dispatch(rows)
         pool.low_water = pacer.claimed(len(rows), limit, len(pool), pool.finished)
         if hold > 0:
             pacer.hold(hold)

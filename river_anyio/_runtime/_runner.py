@@ -235,6 +235,9 @@ class JobRunner:
         assert job is not None
         assert reg is not None
         attempt.scope = scope
+        if attempt.reason is not None:  # cancelled while it waited to begin
+            ctx.cancelled.set()
+            scope.cancel(attempt.reason.value)
         try:
             if self._plain and reg.run_in == "loop":
                 attempt.result = await reg.work(ctx, job)  # the common case, unwrapped

@@ -265,6 +265,12 @@ class Executor(Protocol):
         :meth:`job_list_query` of those filters, for callers that need no other)."""
         ...
 
+    async def job_get_cancel_requested(self, ids: Sequence[int]) -> list[int]:
+        """Of ``ids``, the running jobs whose cancellation was requested (``cancel_attempted_at``
+        in their metadata), ascending (River's JobGetCancelRequested): how a producer learns
+        of a remote cancel it was not notified of (no listener, or a notification lost)."""
+        ...
+
     # --- the runtime's hot path --------------------------------------------------------------
     async def job_get_available(
         self,

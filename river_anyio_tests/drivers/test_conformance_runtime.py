@@ -750,6 +750,28 @@ async def test_job_cancel(database_url: str) -> None:
         assert res.applied and res.job.state is S.CANCELLED
 
 
+async def test_job_get_cancel_requested(database_url: str) -> None:
+    """Of the ids asked about, the running jobs with a cancellation request, ascending."""
+    async with open_driver(database_url) as driver:
+        ex = driver.executor()
+        requested = await running(driver, params(1), params(2))
+        (plain,) = await running(driver, params(3))
+        (waiting,) = await insert(driver, params(4, queue="wq"))
+        (other,) = await running(driver, params(5))
+        at = ms(now())
+        for job in (*requested, waiting, other):
+            await ex.job_cancel(job_id=job.id, cancel_attempted_at=at, notify=False)
+        ids = [plain.id, requested[1].id, waiting.id, requested[0].id, 10**12]
+        assert await ex.job_get_cancel_requested(ids) == sorted(j.id for j in requested)
+        assert await ex.job_get_cancel_requested([plain.id]) == []
+        assert await ex.job_get_cancel_requested([]) == []
+        # a job whose attempt ended is no longer running: no request to act on
+        await complete_one(
+            ex, JobCompletion(id=requested[0].id, attempt=1, state=S.CANCELLED, finalized_at=at)
+        )
+        assert await ex.job_get_cancel_requested(ids) == [requested[1].id]
+
+
 # ---------------------------------------------------------------------------------------------
 # queues
 

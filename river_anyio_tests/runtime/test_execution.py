@@ -28,6 +28,7 @@ import river_anyio as river
 from river_anyio import _events
 from river_anyio._timeutil import format_rfc3339nano
 from river_anyio._work import Outcome
+from river_anyio.drivers import JobInsertParams, open_driver
 
 from . import procworkers
 from .conftest import (
@@ -631,6 +632,138 @@ async def test_remote_cancel(database_url: str, clock: FixedClock) -> None:
     assert other_ev.kind is K.JOB_COMPLETED
     assert other_row.state is S.COMPLETED and other_row.errors == ()
     assert handled == []
+
+
+@pytest.mark.parametrize("poll_only", [True, False], ids=["poll_only", "listening"])
+async def test_a_remote_cancel_is_also_found_by_polling(
+    database_url: str, clock: FixedClock, monkeypatch: pytest.MonkeyPatch, poll_only: bool
+) -> None:
+    """River's cancellation poll: without notifications (poll only) it is how a running job
+    learns of its remote cancel; with them it catches a cancel whose notification was lost
+    (here: never sent). Jobs without a request run on."""
+    from river_anyio._runtime import _producer
+
+    # River's 2 s and 1 min, shortened
+    monkeypatch.setattr(_producer, "QUEUE_POLL" if poll_only else "NOTIFICATION_POLL", 0.05)
+    started = {Task.kind: anyio.Event(), Other.kind: anyio.Event()}
+    release = anyio.Event()
+
+    async def waits(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        started[job.kind].set()
+        if job.kind == Other.kind:
+            await release.wait()
+            return
+        await anyio.sleep_forever()
+
+    workers = river.Workers()
+    workers.add(Task, waits)
+    workers.add(Other, waits)
+    async with running(
+        database_url, workers, clock=clock, job_timeout=None, poll_only=poll_only
+    ) as run:
+        ex = run.client.driver.executor()
+        with run.subscribe(K.JOB_CANCELLED, K.JOB_COMPLETED, K.JOB_FAILED) as events:
+            task = await run.client.insert(Task())
+            other = await run.client.insert(Other())
+            with anyio.fail_after(10):
+                await started[Task.kind].wait()
+                await started[Other.kind].wait()
+            # another client's cancel, sent without a notification
+            flagged = await ex.job_cancel(
+                job_id=task.job.id, cancel_attempted_at=clock.at, notify=False
+            )
+            assert flagged is not None and flagged.state is S.RUNNING
+            task_ev = await next_event(events, job_id=task.job.id)
+            release.set()
+            other_ev = await next_event(events, job_id=other.job.id)
+            task_row = await get_row(run, task.job.id)
+
+    assert task_ev.kind is K.JOB_CANCELLED
+    assert task_row.state is S.CANCELLED
+    assert [e.error for e in task_row.errors] == ["JobCancelError: job cancelled remotely"]
+    assert other_ev.kind is K.JOB_COMPLETED
+
+
+@pytest.mark.parametrize("poll_only", [True, False], ids=["poll_only", "listening"])
+async def test_a_claimed_job_cancelled_before_it_begins_starts_cancelled(
+    database_url: str,
+    clock: FixedClock,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    poll_only: bool,
+) -> None:
+    """River's pending cancellations: a remote cancel (by notification, or found by the
+    poll) of a job claimed but still waiting for a worker is not lost; the job starts with
+    its context cancelled, and ends cancelled."""
+    from river_anyio._config import ClientConfig
+    from river_anyio._runtime import _producer
+
+    monkeypatch.setattr(_producer, "QUEUE_POLL", 0.05)
+    caplog.set_level(logging.WARNING, logger="river_anyio.producer")
+    release = anyio.Event()
+    started: dict[int, bool] = {}  # job id -> its context was cancelled at the start
+
+    async def work(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        started[job.id] = ctx.cancelled.is_set()
+        if job.args.n == 0:
+            await release.wait()
+            return
+        await anyio.sleep_forever()
+
+    workers = river.Workers()
+    workers.add(Task, work)
+    async with open_driver(database_url) as driver, driver.transaction() as tx:
+        first, waiting = (r.job for r in await tx.job_insert_fast_many([_task(0), _task(1)]))
+    async with river.open_client(
+        database_url,
+        ClientConfig(fixed_prefetch=1),  # the second row is claimed behind the busy worker
+        queues={"default": river.QueueConfig(max_workers=1)},
+        workers=workers,
+        clock=clock,
+        job_timeout=None,
+        poll_only=poll_only,
+        leader_election_disabled=True,
+        fetch_cooldown=0.01,
+        soft_stop_timeout=2.0,
+    ) as run:
+        with run.subscribe(K.JOB_CANCELLED, K.JOB_COMPLETED) as events:
+            await wait_until(lambda: run.diagnostics.queues["default"].active_jobs == 2)
+            assert list(started) == [first.id]
+            ex = run.client.driver.executor()
+            await ex.job_cancel(job_id=waiting.id, cancel_attempted_at=clock.at)
+
+            def noticed() -> bool:
+                return any(
+                    getattr(r, "river_event", None) == "job_cancel_remote"
+                    and getattr(r, "river_job_id", None) == waiting.id
+                    for r in caplog.records
+                )
+
+            await wait_until(noticed)
+            assert list(started) == [first.id]  # still waiting for the worker
+            release.set()
+            first_ev = await next_event(events, job_id=first.id)
+            waiting_ev = await next_event(events, job_id=waiting.id)
+            row = await get_row(run, waiting.id)
+
+    assert first_ev.kind is K.JOB_COMPLETED
+    assert started == {first.id: False, waiting.id: True}
+    assert waiting_ev.kind is K.JOB_CANCELLED
+    assert row.state is S.CANCELLED and row.attempt == 1
+    assert [e.error for e in row.errors] == ["JobCancelError: job cancelled remotely"]
+
+
+def _task(n: int) -> JobInsertParams:
+    return JobInsertParams(
+        encoded_args=json.dumps({"n": n}).encode(),
+        kind=Task.kind,
+        max_attempts=25,
+        metadata=b"{}",
+        priority=1,
+        queue="default",
+        state=S.AVAILABLE,
+        tags=(),
+    )
 
 
 # --- pause and resume -------------------------------------------------------------------------

@@ -6,6 +6,7 @@ set only while its work runs); the real one runs under the pool in every client 
 from __future__ import annotations
 
 import time
+import types
 from collections.abc import Awaitable, Callable
 from typing import Any, ClassVar, cast
 
@@ -16,6 +17,7 @@ import pytest
 
 from river_anyio import JobRow
 from river_anyio._runtime._attempt import Attempt, CancelReason
+from river_anyio._runtime._control import QueueControl
 from river_anyio._runtime._pacing import NO_LOW_WATER
 from river_anyio._runtime._pool import WorkerPool
 from river_anyio._runtime._runner import JobRunner
@@ -135,12 +137,73 @@ async def test_a_remote_cancel_is_the_attempts_reason_and_ends_that_job_only() -
             await tg.start(pool.run)
             pool.dispatch(rows(2))
             await started.wait()
-            assert pool.cancel(2, CancelReason.REMOTE) is None  # claimed, not running
             assert pool.cancel(99, CancelReason.REMOTE) is None
             cancelled = pool.cancel(1, CancelReason.REMOTE)
             assert cancelled is not None and cancelled.row.id == 1
             pool.close()
     assert runner.ended == [(1, CancelReason.REMOTE), (2, None)]
+
+
+async def test_a_claimed_attempt_cancelled_before_it_begins_keeps_the_reason() -> None:
+    """River's pending cancellations: the attempt begins with its reason set (the job runner
+    then starts it cancelled); one that ran already, or a later attempt, is left alone."""
+    started = anyio.Event()
+    release = anyio.Event()
+
+    async def first_waits(attempt: Attempt) -> None:
+        if attempt.row.id == 1:
+            started.set()
+            await release.wait()
+
+    runner = StandInRunner(first_waits)
+    pool = pool_of(runner, 1)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(3))
+            await started.wait()
+            held = pool.attempts()
+            assert sorted(held) == [1, 2, 3]
+            assert pool.cancel(3, CancelReason.REMOTE, Attempt(held[3].row)) is None
+            pending = pool.cancel(2, CancelReason.REMOTE, held[2])
+            assert pending is held[2] and pending.reason is CancelReason.REMOTE
+            assert pool.cancel(2, CancelReason.REMOTE) is None  # nothing new: no second log
+            release.set()
+            pool.close()
+    assert runner.ended == [(1, None), (2, CancelReason.REMOTE), (3, None)]
+
+
+async def test_a_cancel_during_a_claim_reaches_the_rows_it_claims() -> None:
+    """A remote cancel that arrives while a claim is in flight, for a row the pool does not
+    hold yet, is applied once the claim's rows are dispatched (River's pending cancels)."""
+    release = anyio.Event()
+
+    async def waits(attempt: Attempt) -> None:
+        await release.wait()
+
+    runner = StandInRunner(waits)
+    pool = pool_of(runner, 1)
+    control = QueueControl(
+        queue="default",
+        config=cast(Any, types.SimpleNamespace(id="c")),
+        driver=cast(Any, None),
+        events=cast(Any, None),
+        pool=pool,
+        trigger=lambda: None,
+        resumed=lambda: None,
+    )
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            with control.claiming():
+                assert not control.cancel_job(2)  # the claim has not returned yet
+                assert not control.cancel_job(99)  # nor will it: a job of another client
+                pool.dispatch(rows(2))
+            assert pool.attempts()[2].reason is CancelReason.REMOTE
+            assert not control.cancel_job(98)  # no claim in flight: nothing is kept
+            release.set()
+            pool.close()
+    assert runner.ended == [(1, None), (2, CancelReason.REMOTE)]
 
 
 async def test_a_timeout_is_the_attempts_reason() -> None:

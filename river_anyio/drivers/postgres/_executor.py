@@ -838,6 +838,12 @@ class PostgresExecutor(SharedOperations):
             for job, row in zip(rows_to_jobs(rows), rows, strict=True)
         ]
 
+    async def job_get_cancel_requested(self, ids: Sequence[int]) -> list[int]:
+        if not ids:
+            return []
+        rows = await self._rows(self._q.job_get_cancel_requested, ([int(i) for i in ids],))
+        return [int(row[0]) for row in rows]
+
     async def job_get_stuck(
         self, *, stuck_horizon: dt.datetime, after_id: int = 0, limit: int
     ) -> list[JobRow]:

@@ -787,6 +787,16 @@ WITH eligible AS (
 SELECT * FROM moved ORDER BY priority, scheduled_at, id"""
 
     @cached_property
+    def job_get_cancel_requested(self) -> str:
+        """Parameter: the ids (bigint[])."""
+        return f"""
+SELECT id FROM {self.prefix}river_job
+WHERE id = ANY(%s::bigint[])
+    AND state = 'running'
+    AND metadata ? 'cancel_attempted_at'
+ORDER BY id"""
+
+    @cached_property
     def job_get_stuck(self) -> str:
         return f"""
 SELECT {_JCOLS}

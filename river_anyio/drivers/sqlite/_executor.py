@@ -874,6 +874,14 @@ class SQLiteExecutor(SharedOperations):
             [],
         )
 
+    async def job_get_cancel_requested(self, ids: Sequence[int]) -> list[int]:
+        if not ids:
+            return []
+        sql = self._q.job_get_cancel_requested
+        args = (json.dumps([int(i) for i in ids]),)
+        rows = await self._read(lambda c: _op_rows(c, sql, args))
+        return [int(row[0]) for row in rows]
+
     async def job_get_stuck(
         self, *, stuck_horizon: dt.datetime, after_id: int = 0, limit: int
     ) -> list[JobRow]:

@@ -614,6 +614,16 @@ SET state = 'discarded',
 WHERE id IN (SELECT value FROM json_each(?1))"""
 
     @cached_property
+    def job_get_cancel_requested(self) -> str:
+        """?1 the ids (a JSON array)."""
+        return f"""
+SELECT id FROM {self.prefix}river_job
+WHERE id IN (SELECT value FROM json_each(?1))
+    AND state = 'running'
+    AND (metadata -> 'cancel_attempted_at') IS NOT NULL
+ORDER BY id"""
+
+    @cached_property
     def job_get_stuck(self) -> str:
         """?1 stuck horizon, ?2 after id, ?3 limit."""
         return f"""
