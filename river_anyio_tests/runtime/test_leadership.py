@@ -97,8 +97,9 @@ async def clients(url: str) -> AsyncIterator[TaskGroup]:
 async def test_one_client_leads_and_a_stopping_leader_hands_over_at_once(
     database_url: str,
 ) -> None:
-    # a long interval: the follower takes over because the leader said it resigned, not
-    # because it polled
+    # a long interval: on PostgreSQL the follower takes over because the leader said it
+    # resigned, not because it polled; on SQLite, as with River's driver, the leader says
+    # nothing and the follower takes over at its next bid
     slow = 3.0
     async with clients(database_url) as tg:
         a = await start(tg, database_url, "leader-a", elect_interval=slow)
@@ -117,7 +118,8 @@ async def test_one_client_leads_and_a_stopping_leader_hands_over_at_once(
                 assert lost.details["reason"] == "stopping"
                 await next_event(b_events, K.LEADER_ELECTED)
                 handover = anyio.current_time() - stopped_at
-                assert handover < 1.0, f"handover took {handover:.2f}s"
+                bound = 1.0 if a.client.driver.dialect == "postgres" else slow * 1.2 + 1.0
+                assert handover < bound, f"handover took {handover:.2f}s"
                 assert b.is_leader and not a.is_leader
                 assert await lease_holder(database_url) == "leader-b"
         await a.wait()
