@@ -60,15 +60,21 @@ class QueueControl:
         self._resumed = resumed
         #: the queue is paused (data: read by the fetch loop and diagnostics)
         self.paused = False
+        #: while a claim is in flight, the remote cancels of jobs not held here: the claim
+        #: may return them, and they start cancelled (River's pending cancels of a fetch)
+        self.unmatched_cancels: set[int] | None = None
 
     @property
     def _client_id(self) -> str:
         return self._config.id
 
     def cancel_job(self, job_id: int) -> bool:
-        """Cancel a running job of this queue (a remote cancel); True if it was running."""
+        """Cancel a running job of this queue (a remote cancel); True if it was held and not
+        finished (one not begun starts cancelled)."""
         attempt = self._pool.cancel(job_id, CancelReason.REMOTE)
         if attempt is None:
+            if self.unmatched_cancels is not None:
+                self.unmatched_cancels.add(job_id)
             return False
         extra = job_extra("job_cancel_remote", attempt.row, self._client_id)
         logger.warning("job %d cancelled remotely", job_id, extra=extra)

@@ -74,6 +74,8 @@ class WorkerPool:
         self._attempts: dict[int, Attempt] = {}
         #: attempts claimed and not begun, in claim order
         self._ready: deque[Attempt] = deque()
+        #: attempts claimed and held back from the ready queue (see :meth:`hold`)
+        self.held: list[Attempt] = []
         self._idle: list[_Slot] = []
         #: every worker, for the timeout watchdog
         self._slots: set[_Slot] = set()
@@ -116,14 +118,39 @@ class WorkerPool:
             ready.append(attempt)
         self._kick()
 
+    def hold(self, rows: list[JobRow]) -> None:
+        """Take claimed rows without starting them: they are held (cancels reach them, see
+        :meth:`cancel`) until :meth:`start_held`, or given back if the pool ends first."""
+        attempts = self._attempts
+        held = self.held
+        for row in rows:
+            attempt = Attempt(row)
+            attempts[row.id] = attempt
+            held.append(attempt)
+
+    def start_held(self) -> None:
+        """Make the attempts :meth:`hold` took ready, and get a worker going on them."""
+        self._ready.extend(self.held)
+        self.held.clear()
+        self._kick()
+
     def cancel(self, job_id: int, reason: CancelReason) -> Attempt | None:
-        """Cancel a running attempt; returns it, or None when that job is not running."""
+        """Cancel an attempt held; returns it, or None when the job is not held here or has
+        finished running. One that has not begun yet is cancelled as it begins: its worker
+        starts with ``ctx.cancelled`` set, in a cancelled scope (River's executor cancelled
+        before it runs)."""
         attempt = self._attempts.get(job_id)
-        if attempt is None or attempt.scope is None:
+        if attempt is None:
             return None
-        attempt.reason = reason
-        attempt.scope.cancel(reason.value)
-        return attempt
+        scope = attempt.scope
+        if scope is not None:
+            attempt.reason = reason
+            scope.cancel(reason.value)
+            return attempt
+        if attempt.job is None:  # not begun (or never runnable: its result is decided)
+            attempt.reason = reason
+            return attempt
+        return None  # its worker has returned: the attempt is concluding
 
     def close(self) -> None:
         """No more rows come: workers finish what is ready and leave."""
@@ -158,6 +185,9 @@ class WorkerPool:
         """Give back the rows claimed and never begun (the jobs nursery was cancelled, or a
         claim returned after it was): ``available`` again, attempt restored."""
         ready = self._ready
+        if self.held:
+            ready.extend(self.held)
+            self.held.clear()
         if ready:
             with anyio.CancelScope(shield=True):
                 while ready:

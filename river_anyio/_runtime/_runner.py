@@ -177,8 +177,12 @@ class JobRunner:
         self._start_time: Callable[[], float] = (
             time.time if system else lambda: clock.now().timestamp()
         )
-        #: no hooks or middleware to wrap workers in
-        self._plain = not config.hooks and not config.middleware
+        #: no work hooks or middleware to wrap workers in
+        self._plain = not config.middleware and not any(
+            callable(getattr(h, name, None))
+            for h in config.hooks
+            for name in ("work_begin", "work_end")
+        )
         # args class -> its cattrs structure hook, looked up once
         self._structure: dict[type, Callable[[Any, type], Any]] = {}
 
@@ -229,6 +233,9 @@ class JobRunner:
         assert job is not None
         assert reg is not None
         attempt.scope = scope
+        if attempt.reason is not None:  # cancelled remotely before it began
+            ctx.cancelled.set()
+            scope.cancel(attempt.reason.value)
         try:
             if self._plain and reg.run_in == "loop":
                 attempt.result = await reg.work(ctx, job)  # the common case, unwrapped
