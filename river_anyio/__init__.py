@@ -57,6 +57,7 @@ from ._periodic import IntervalSchedule as IntervalSchedule
 from ._periodic import PeriodicJob as PeriodicJob
 from ._periodic import PeriodicJobHandle as PeriodicJobHandle
 from ._periodic import PeriodicJobs as PeriodicJobs
+from ._periodic import PeriodicJobsStartParams as PeriodicJobsStartParams
 from ._periodic import PeriodicSchedule as PeriodicSchedule
 from ._periodic import every as every
 from ._queue_limits import RateLimit as RateLimit
@@ -124,6 +125,7 @@ __all__ = (
     "PeriodicJob",
     "PeriodicJobHandle",
     "PeriodicJobs",
+    "PeriodicJobsStartParams",
     "PeriodicSchedule",
     "PoolTimeoutError",
     "QueryCanceledError",

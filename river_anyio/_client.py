@@ -31,7 +31,7 @@ from ._runtime._lease import hold_lease
 from ._sqlalchemy import async_dbapi_connection, is_async_sqlalchemy
 from ._timeutil import utc_now
 from ._wait import JobWaiters
-from .drivers import TOPIC_INSERT, Driver, Executor, JobInsertParams
+from .drivers import TOPIC_INSERT, TOPIC_LEADERSHIP, Driver, Executor, JobInsertParams
 
 __all__ = ["Client", "default_client_id"]
 
@@ -44,6 +44,8 @@ _BUILD_ROWS = 500
 #: River's FetchCooldown default: insert notifications per queue are limited per this window
 #: (see :mod:`river_anyio._limiter` for the burst allowance).
 NOTIFY_COOLDOWN = 0.1
+#: River's leadership notification asking the leader to resign, as River Go encodes it.
+REQUEST_RESIGN_PAYLOAD = '{"action":"request_resign","leader_id":""}'
 
 
 def default_client_id(now: dt.datetime | None = None) -> str:
@@ -145,6 +147,22 @@ class Client:
     def transaction(self) -> contextlib.AbstractAsyncContextManager[Executor]:
         """A transaction on the client's database, for ``*_tx`` calls and your own queries."""
         return self._driver.transaction()
+
+    # --- leadership -------------------------------------------------------------------------
+
+    async def request_resign(self) -> None:
+        """Ask the current leader to resign (River's ``Notify().RequestResign``): a
+        ``request_resign`` notification on River's leadership topic, sent in a transaction of
+        its own. Whichever client leads, River Go's or river_anyio's, resigns and takes part
+        in the next election; nothing happens when no client leads. A leader that only polls
+        (``poll_only``) does not hear it."""
+        async with self._driver.transaction() as tx:
+            await tx.notify_many(TOPIC_LEADERSHIP, [REQUEST_RESIGN_PAYLOAD])
+
+    async def request_resign_tx(self, tx: object) -> None:
+        """:meth:`request_resign` inside the caller's transaction: sent when it commits,
+        never if it rolls back."""
+        await self._driver.executor_for(tx).notify_many(TOPIC_LEADERSHIP, [REQUEST_RESIGN_PAYLOAD])
 
     # --- leases -----------------------------------------------------------------------------
 

@@ -415,14 +415,16 @@ def _middleware(value: Sequence[Any] | None) -> tuple[Any, ...]:
     return out
 
 
+#: The methods a hook may have (at least one).
+HOOK_METHODS = ("insert_begin", "work_begin", "work_end", "jobs_claimed", "periodic_jobs_start")
+
+
 def _hooks(value: Sequence[Any] | None) -> tuple[Any, ...]:
     out = _list(value, "hooks")
     for i, hook in enumerate(out):
-        if not any(
-            callable(getattr(hook, m, None)) for m in ("insert_begin", "work_begin", "work_end")
-        ):
+        if not any(callable(getattr(hook, m, None)) for m in HOOK_METHODS):
             raise ConfigError(
-                f"hooks[{i}]", "must have insert_begin(), work_begin() and/or work_end()", hook
+                f"hooks[{i}]", f"must have at least one of {', '.join(HOOK_METHODS)}", hook
             )
     return out
 
@@ -508,8 +510,11 @@ class Config:
             when an attempt raises; a result with a true ``set_cancelled`` cancels the job.
         middleware: Objects with ``async insert(params, next)`` and/or
             ``async work(ctx, job, next)`` methods, outermost first.
-        hooks: Objects with ``insert_begin(params)``, ``work_begin(ctx, job)`` and/or
-            ``work_end(ctx, job, error)`` (sync or async); a hook that raises is logged.
+        hooks: Objects with any of ``insert_begin(params)``, ``work_begin(ctx, job)``,
+            ``work_end(ctx, job, error)``, ``jobs_claimed(rows)`` (after a claim commits,
+            before its jobs start) and ``periodic_jobs_start(params)`` (each time this client's
+            periodic job enqueuer starts, on becoming leader); sync or async; a hook that
+            raises is logged and ignored.
         job_stuck_threshold: How long a ``run_in="process"`` worker may ignore cancellation
             before its process is killed (10 s).
         thread_workers: Threads shared by ``run_in="thread"`` workers (16).

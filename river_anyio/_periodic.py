@@ -24,6 +24,7 @@ __all__ = [
     "PeriodicJob",
     "PeriodicJobHandle",
     "PeriodicJobs",
+    "PeriodicJobsStartParams",
     "PeriodicSchedule",
     "every",
 ]
@@ -154,6 +155,19 @@ class PeriodicJobHandle:
     """Identifies one added periodic job (River's ``PeriodicJobHandle``); never reused."""
 
     value: int
+
+
+@attrs.frozen
+class PeriodicJobsStartParams:
+    """What a hook's ``periodic_jobs_start(params)`` is given each time the client's periodic
+    job enqueuer starts, that is each time the client is elected leader (River's
+    ``HookPeriodicJobsStartParams``; River's durable jobs are not part of open-source River).
+    """
+
+    #: The client whose enqueuer starts.
+    client_id: str
+    #: The periodic jobs it starts with (``run_on_start`` ones are inserted after the hooks).
+    jobs: tuple[PeriodicJob, ...]
 
 
 class PeriodicJobs:

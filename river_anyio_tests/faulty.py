@@ -11,17 +11,19 @@ listener pass each call through the faults registered for that operation:
   permanent one, or any exception for an "impossible" bug);
 - ``drop_reply(op)``: run the operation for real (it commits), then raise as if the
   connection broke before the reply arrived; the lost replies are kept in ``fault.replies``;
-- ``delay(op, seconds, until=event)``: wait (a time, and/or until an event is set), then run.
+- ``delay(op, seconds, until=event)``: wait (a time, and/or until an event is set), then run;
+- ``delay_reply(op, seconds, until=event)``: run the operation for real (it commits), then
+  wait before its reply reaches the caller.
 
 Operations are named by the executor's method names (``job_get_available``...), plus
 ``transaction`` (entering a transaction), ``listener`` (opening the listener),
 ``listener_close`` (after it closed), ``listen``, ``unlisten``, ``ping`` and ``notification``
-(each notification received). Each fault lets ``skip`` matching calls through, then applies
-to ``times`` calls (None: all), optionally only to calls ``where(call)`` accepts; ``hits``
-counts them and ``hit`` is set at the first (for ``drop_reply``, once the operation is done;
-for ``delay``, while the call waits). ``calls`` counts every operation called.
-Executor methods are forwarded by name, so operations added to the protocol are covered
-without changes here.
+(each notification received, the call's one argument). Each fault lets ``skip`` matching
+calls through, then applies to ``times`` calls (None: all), optionally only to calls
+``where(call)`` accepts; ``hits`` counts them and ``hit`` is set at the first (for
+``drop_reply`` and ``delay_reply``, once the operation is done; for ``delay``, while the call
+waits). ``calls`` counts every operation called. Executor methods are forwarded by name, so
+operations added to the protocol are covered without changes here.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from river_anyio.drivers import Driver, Executor, Listener, Notification, open_d
 
 __all__ = ["Call", "Fault", "FaultyDriver", "open_faulty"]
 
-Action = Literal["fail", "drop_reply", "delay"]
+Action = Literal["fail", "drop_reply", "delay", "delay_reply"]
 
 
 def connection_lost() -> BaseException:
@@ -130,6 +132,18 @@ class FaultyDriver:
             Fault(operation=operation, action="delay", seconds=seconds, until=until, **when)
         )
 
+    def delay_reply(
+        self,
+        operation: str,
+        seconds: float = 0.0,
+        *,
+        until: anyio.Event | None = None,
+        **when: Any,
+    ) -> Fault:
+        return self._add(
+            Fault(operation=operation, action="delay_reply", seconds=seconds, until=until, **when)
+        )
+
     def clear(self) -> None:
         """Remove every fault (calls go straight through again)."""
         self.faults.clear()
@@ -161,7 +175,13 @@ class FaultyDriver:
             return await fn(*args, **kw)
         reply = await fn(*args, **kw)
         fault.replies.append(reply)
-        fault.hit.set()  # the operation is done, its reply about to be lost
+        fault.hit.set()  # the operation is done, its reply about to be lost or delayed
+        if fault.action == "delay_reply":
+            if fault.seconds:
+                await anyio.sleep(fault.seconds)
+            if fault.until is not None:
+                await fault.until.wait()
+            return reply
         raise fault._error()
 
     async def _check(self, operation: str) -> None:
@@ -284,8 +304,12 @@ class FaultyNotifications:
         if self.closed:
             raise StopAsyncIteration
         note = await anext(self._inner)
-        await self._faulty._check("notification")
-        return note
+
+        async def receive(note: Notification) -> Notification:
+            return note
+
+        result: Notification = await self._faulty._call("notification", receive, note)
+        return result
 
     async def aclose(self) -> None:
         self.closed = True

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
+import inspect
 import logging
 import os
 import zoneinfo
@@ -33,7 +34,7 @@ from .._events import Event, EventHub, EventKind
 from .._insert import build_insert_params
 from .._job import InsertOpts
 from .._logging import client_extra
-from .._periodic import PeriodicJob, PeriodicJobHandle, PeriodicJobs
+from .._periodic import PeriodicJob, PeriodicJobHandle, PeriodicJobs, PeriodicJobsStartParams
 from ._clock import Clock, SystemClock, sleep_until
 from ._util import Backoff
 
@@ -97,6 +98,9 @@ class PeriodicEnqueuer:
     retry_first_pause: float = 0.25
     #: The service's name in logs and ``maintenance_failed`` events.
     name: str = SERVICE
+    #: The client's hooks: their ``periodic_jobs_start`` methods are awaited as each run
+    #: starts, before ``run_on_start`` jobs are inserted.
+    hooks: Sequence[object] = ()
 
     _next: dict[PeriodicJobHandle, dt.datetime | None] = attrs.field(init=False, factory=dict)
     _last_seen: int = attrs.field(init=False, default=-1)
@@ -124,6 +128,7 @@ class PeriodicEnqueuer:
         unsubscribe = self.jobs._subscribe(self._on_change)
         logger.debug("periodic job enqueuer started (%d jobs)", len(self.jobs))
         try:
+            await self._start_hooks()
             await self._schedule_new_jobs()
             task_status.started()
             while True:
@@ -134,6 +139,29 @@ class PeriodicEnqueuer:
             unsubscribe()
             self._sleep_scope = None
             logger.debug("periodic job enqueuer stopped")
+
+    async def _start_hooks(self) -> None:
+        """River's HookPeriodicJobsStart: each hook's ``periodic_jobs_start(params)``, in
+        order. One that raises is logged and ignored, as every river_anyio hook (River's
+        aborts the enqueuer's start)."""
+        params: PeriodicJobsStartParams | None = None
+        for hook in self.hooks:
+            fn = getattr(hook, "periodic_jobs_start", None)
+            if not callable(fn):
+                continue
+            if params is None:
+                jobs = tuple(job for _, job in self.jobs._items())
+                params = PeriodicJobsStartParams(client_id=self.client.id, jobs=jobs)
+            try:
+                result = fn(params)
+                if inspect.isawaitable(result):
+                    await result
+            except Exception:
+                logger.exception(
+                    "hook %s.periodic_jobs_start raised; ignored",
+                    type(hook).__name__,
+                    extra=client_extra("hook_failed", self.client.id),
+                )
 
     # --- the loop ---------------------------------------------------------------------------
 

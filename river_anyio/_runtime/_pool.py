@@ -74,6 +74,8 @@ class WorkerPool:
         self._attempts: dict[int, Attempt] = {}
         #: attempts claimed and not begun, in claim order
         self._ready: deque[Attempt] = deque()
+        #: attempts claimed and held back from the ready queue (see :meth:`hold`)
+        self.held: list[Attempt] = []
         self._idle: list[_Slot] = []
         #: every worker, for the timeout watchdog
         self._slots: set[_Slot] = set()
@@ -114,6 +116,22 @@ class WorkerPool:
             attempt = Attempt(row)
             attempts[row.id] = attempt
             ready.append(attempt)
+        self._kick()
+
+    def hold(self, rows: list[JobRow]) -> None:
+        """Take claimed rows without starting them: they are held (cancels reach them, see
+        :meth:`cancel`) until :meth:`start_held`, or given back if the pool ends first."""
+        attempts = self._attempts
+        held = self.held
+        for row in rows:
+            attempt = Attempt(row)
+            attempts[row.id] = attempt
+            held.append(attempt)
+
+    def start_held(self) -> None:
+        """Make the attempts :meth:`hold` took ready, and get a worker going on them."""
+        self._ready.extend(self.held)
+        self.held.clear()
         self._kick()
 
     def attempts(self) -> dict[int, Attempt]:
@@ -173,6 +191,9 @@ class WorkerPool:
         """Give back the rows claimed and never begun (the jobs nursery was cancelled, or a
         claim returned after it was): ``available`` again, attempt restored."""
         ready = self._ready
+        if self.held:
+            ready.extend(self.held)
+            self.held.clear()
         if ready:
             with anyio.CancelScope(shield=True):
                 while ready:

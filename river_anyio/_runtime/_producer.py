@@ -10,6 +10,10 @@ A producer composes three parts, each with one responsibility:
   settings polls and the queue's keep-alive. Insert notifications for the queue wake the
   fetch loop directly: the notifier routes them to :meth:`Producer.trigger`.
 
+Remote cancels heard while a claim is in flight are kept for the jobs it returns, and
+``jobs_claimed`` hooks hold a claim's rows in the pool (where cancels reach them) until they
+return: such jobs start cancelled, as River's executors cancelled before they run.
+
 Its lifetime is nested scopes: services (notifications, settings, keep-alive) ⊃ the worker
 pool ⊃ the fetch scope. ``stop_fetching()`` cancels the fetch scope, and the loop checks it
 before every claim, so no claim begins afterwards; the pool then finishes what was claimed
@@ -21,6 +25,7 @@ the rows never begun.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -84,6 +89,12 @@ class Producer:
         self._events = events
         self._notifier = notifier
         self._kinds = config.workers.kinds() if config.fetch_only_known_kinds else None
+        #: the ``jobs_claimed`` hooks: a claim's rows are held until they return
+        self._claim_hooks = tuple(
+            (type(h).__name__, h.jobs_claimed)
+            for h in config.hooks
+            if callable(getattr(h, "jobs_claimed", None))
+        )
         queue_config = config.queues[queue]
         #: the queue's global limits, when it has any (its claims take the limited path)
         self._limits = queue_config if queue_config.limited else None
@@ -154,7 +165,8 @@ class Producer:
         self._wake.set()
 
     def cancel_job(self, job_id: int) -> bool:
-        """Cancel a running job of this producer (a remote cancel); True if it was running."""
+        """Cancel a running job of this producer (a remote cancel); True if it was held and not
+        finished (one not begun starts cancelled)."""
         return self._queue_control.cancel_job(job_id)
 
     def set_paused(self, paused: bool) -> None:
@@ -224,6 +236,8 @@ class Producer:
                             delay = await self._fetch_once()
                         finally:
                             task_status.started()
+                        # hooks holding the start-up claim's rows do not hold up the start
+                        await self._start_held()
                         await self._fetch_loop(delay)
                     # no more claims: idle workers leave, busy ones finish what is claimed
                     self._pool.close()
@@ -257,6 +271,8 @@ class Producer:
             # A wake-up may return without a checkpoint: once fetching was stopped, no claim.
             await anyio.lowlevel.checkpoint_if_cancelled()
             delay = await self._fetch_once()
+            if self._pool.held:
+                await self._start_held()
 
     async def _fetch_once(self) -> float:
         """Claim into free slots; returns a back-off delay after a failure, else 0."""
@@ -295,7 +311,10 @@ class Producer:
             self._backoff.reset()
             self.contact.failing_since = None
             self._reconnected.clear()
-            pool.dispatch(rows)
+            if self._claim_hooks and rows:
+                pool.hold(rows)  # started by _start_held once the hooks return
+            else:
+                pool.dispatch(rows)
         pool.low_water = pacer.claimed(len(rows), limit, len(pool), pool.finished)
         if hold > 0:
             pacer.hold(hold)
@@ -304,6 +323,30 @@ class Producer:
         if len(rows) < limit:
             self._completer.flush_soon()  # write results promptly
         return 0.0
+
+    async def _start_held(self) -> None:
+        """Await the ``jobs_claimed`` hooks on the rows the last claim holds, then start them,
+        however the hooks end (a stop cancelling them starts them too, and a stop that
+        cancels jobs gives them back). Cancels arriving meanwhile reach the held jobs, which
+        then start cancelled. A hook that raises is logged and ignored."""
+        pool = self._pool
+        if not pool.held:
+            return
+        rows = [attempt.row for attempt in pool.held]
+        try:
+            for name, hook in self._claim_hooks:
+                try:
+                    result = hook(rows)
+                    if inspect.isawaitable(result):
+                        await result
+                except Exception:
+                    logger.exception(
+                        "hook %s.jobs_claimed raised; ignored",
+                        name,
+                        extra=queue_extra("hook_failed", self.queue, self._client_id),
+                    )
+        finally:
+            pool.start_held()
 
     async def _claim(self, limit: int) -> list[JobRow]:
         # Shielded: a claim cut short after the server committed would strand its jobs. One

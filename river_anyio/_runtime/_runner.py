@@ -181,8 +181,12 @@ class JobRunner:
         self._start_time: Callable[[], float] = (
             time.time if system else lambda: clock.now().timestamp()
         )
-        #: no hooks or middleware to wrap workers in
-        self._plain = not config.hooks and not config.middleware
+        #: no work hooks or middleware to wrap workers in
+        self._plain = not config.middleware and not any(
+            callable(getattr(h, name, None))
+            for h in config.hooks
+            for name in ("work_begin", "work_end")
+        )
         # args class -> its cattrs structure hook, looked up once
         self._structure: dict[type, Callable[[Any, type], Any]] = {}
 

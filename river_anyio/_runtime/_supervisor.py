@@ -693,7 +693,7 @@ def leader_services(run: ClientRun, driver: Driver, clock: Clock) -> list[Leader
             after_commit=run._trigger_queues,
             **common,
         ),
-        PeriodicEnqueuer(client=run.client, clock=clock, events=run._events),
+        PeriodicEnqueuer(client=run.client, clock=clock, events=run._events, hooks=config.hooks),
         QueueCleaner(interval=m.queue_cleaner_interval, **common),
     ]
     if driver.dialect == "sqlite":

@@ -460,8 +460,9 @@ class Executor(Protocol):
         ...
 
     async def leader_resign(self, *, leader_id: str, elected_at: dt.datetime) -> bool:
-        """Give up the lease of the term ``elected_at`` and notify ``resigned`` on
-        ``river_leadership`` so followers try at once; False when it was not held."""
+        """Give up the lease of the term ``elected_at``; False when it was not held. As in
+        River, PostgreSQL also notifies ``resigned`` on ``river_leadership`` so followers try
+        at once; SQLite does not (its followers bid at their next interval)."""
         ...
 
     async def leader_get_elected(self) -> LeaderRow | None:

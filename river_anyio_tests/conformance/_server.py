@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import anyio
@@ -331,7 +331,7 @@ class Server:
         config = worker_config(params, self._barriers, stats)
         driver = await self.driver(params.get("schema", ""))
         claim_barrier = params.get("claim_barrier", "")
-        if claim_barrier and False:  # TEMP
+        if claim_barrier:
             config = attrs.evolve(
                 config, hooks=(*config.hooks, ClaimBarrierHook(self._barriers, claim_barrier))
             )
@@ -440,15 +440,18 @@ async def _consume(events: river.Subscription, stats: Stats) -> None:
 
 
 class ClaimBarrierHook:
-    """Holds the client's first claim that finds jobs until the barrier is released."""
+    """Holds the client's first claim that finds jobs until the barrier is released (River
+    Go's adapter: a pilot holding the claim): the claim has committed and its jobs wait to
+    start while the producer goes on hearing notifications, such as a remote cancel. A stop
+    releases the barrier."""
 
     def __init__(self, barriers: Barriers, name: str) -> None:
         self._barriers = barriers
         self._name = name
         self._waited = False
 
-    async def claimed(self, jobs: Any) -> None:
-        if self._waited or not jobs:
+    async def jobs_claimed(self, rows: Sequence[river.JobRow]) -> None:
+        if self._waited or not rows:
             return
         self._waited = True
         await self._barriers.wait(self._name)
@@ -512,7 +515,7 @@ def worker_config(params: dict[str, Any], barriers: Barriers, stats: Stats) -> r
         "leader_election_disabled": params.get("leader_election_disabled", False),
         "poll_only": params.get("poll_only", False),
         "maintenance": river.MaintenanceConfig(**maintenance),
-        "hooks": [],  # TEMP
+        "hooks": [PeriodicStartHook(stats)],
     }
     if params.get("client_id"):
         options["id"] = params["client_id"]
@@ -555,7 +558,7 @@ class PeriodicStartHook:
     def __init__(self, stats: Stats) -> None:
         self._stats = stats
 
-    def periodic_jobs_start(self, params: Any) -> None:
+    def periodic_jobs_start(self, params: river.PeriodicJobsStartParams) -> None:
         self._stats.periodic_starts += 1
 
 

@@ -332,12 +332,16 @@ async def test_one_leader_between_go_and_river_anyio_and_handover_to_go(
                 assert lost.details["reason"] == "stopping"
                 await go.wait_for("elector", message=GAINED, within=GO_ROUND + 5)
                 await go.wait_for("leader", is_leader=True, leader_id="go-second")
-                lines = elector_lines(go)
-                # Go bid at once because river_anyio's resignation woke it (River's
-                # `resigned` notification), not on its next round
-                assert lines.index(NOTIFIED) < lines.index(GAINED)
-                (note,) = go.find("elector", message=NOTIFIED)
-                assert note["action"] == "resigned"
+                if url.startswith("postgres"):
+                    # Go bid at once because river_anyio's resignation woke it (River's
+                    # `resigned` notification), not on its next round. On SQLite, as River's
+                    # driver, river_anyio announces nothing: Go finds the lease free later.
+                    lines = elector_lines(go)
+                    assert lines.index(NOTIFIED) < lines.index(GAINED)
+                    (note,) = go.find("elector", message=NOTIFIED)
+                    assert note["action"] == "resigned"
+                else:
+                    assert not go.find("elector", message=NOTIFIED)
 
 
 async def test_river_go_takes_over_a_river_anyio_lease_left_to_expire(

@@ -158,7 +158,7 @@ CLIENT_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"middleware": "work"}, "middleware", "must be a list"),
     ({"middleware": [_NoMethods()]}, "middleware[0]", "must have a work() and/or insert()"),
     ({"hooks": _NoMethods()}, "hooks", "must be a list"),
-    ({"hooks": [_NoMethods()]}, "hooks[0]", "insert_begin(), work_begin() and/or work_end()"),
+    ({"hooks": [_NoMethods()]}, "hooks[0]", "insert_begin, work_begin, work_end, jobs_claimed"),
     # unknown option names
     ({"queue": _q()}, "queue", "is not an open_client option"),
     ({"soft_stop_timout": 1}, "soft_stop_timout", "is not an open_client option"),

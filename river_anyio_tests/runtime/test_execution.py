@@ -8,6 +8,7 @@ times are exact, and a retry is never claimed again while a test runs.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
@@ -17,8 +18,9 @@ import time
 import traceback
 import types
 import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import anyio
 import attrs
@@ -28,8 +30,9 @@ import river_anyio as river
 from river_anyio import _events
 from river_anyio._timeutil import format_rfc3339nano
 from river_anyio._work import Outcome
-from river_anyio.drivers import JobInsertParams, open_driver
+from river_anyio.drivers import TOPIC_CONTROL, JobInsertParams, open_driver
 
+from ..faulty import open_faulty
 from . import procworkers
 from .conftest import (
     WAIT,
@@ -764,6 +767,176 @@ def _task(n: int) -> JobInsertParams:
         state=S.AVAILABLE,
         tags=(),
     )
+
+
+class _LogEvent(logging.Handler):
+    """Sets an event when a record containing ``text`` is logged (on the event loop's thread,
+    where the runtime logs)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(logging.DEBUG)
+        self.text = text
+        self.seen = anyio.Event()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if self.text in record.getMessage():
+            self.seen.set()
+
+
+@contextlib.contextmanager
+def logged(logger: str, text: str) -> Iterator[anyio.Event]:
+    handler = _LogEvent(text)
+    log = logging.getLogger(logger)
+    log.addHandler(handler)
+    try:
+        yield handler.seen
+    finally:
+        log.removeHandler(handler)
+
+
+async def test_a_jobs_claimed_hook_holds_a_claim_and_a_cancel_meanwhile_starts_it_cancelled(
+    database_url: str, clock: FixedClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``jobs_claimed`` hooks run after a claim commits and before its jobs start (sync or
+    async, in order; one raising is logged). A remote cancel while a hook holds the claim
+    reaches the held job: its worker starts with ``ctx.cancelled`` set, in a cancelled scope,
+    and the job ends cancelled remotely (River's executor cancelled before it runs)."""
+    calls: list[tuple[str, list[int]]] = []
+    held = anyio.Event()
+    release = anyio.Event()
+    cancelled_at_start: list[bool] = []
+
+    class Holder:
+        async def jobs_claimed(self, rows: Sequence[river.JobRow]) -> None:
+            calls.append(("holder", [r.id for r in rows]))
+            if not held.is_set():
+                held.set()
+                await release.wait()
+
+    class Counter:
+        def jobs_claimed(self, rows: Sequence[river.JobRow]) -> None:
+            calls.append(("counter", [r.id for r in rows]))
+
+    class Broken:
+        def jobs_claimed(self, rows: Sequence[river.JobRow]) -> None:
+            raise RuntimeError("claim hook broke")
+
+    async def cooperative(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        cancelled_at_start.append(ctx.cancelled.is_set())
+        await anyio.sleep_forever()
+
+    async def quick(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        pass
+
+    workers = river.Workers()
+    workers.add(Task, cooperative)
+    workers.add(Other, quick)
+    caplog.set_level(logging.WARNING, logger="river_anyio")
+    async with running(
+        database_url, workers, clock=clock, job_timeout=None, hooks=[Holder(), Broken(), Counter()]
+    ) as run:
+        with run.subscribe(K.JOB_CANCELLED, K.JOB_COMPLETED) as events:
+            with logged("river_anyio.producer", "cancelled remotely") as heard:
+                task = await run.client.insert(Task())
+                with anyio.fail_after(WAIT):
+                    await held.wait()
+                flagged = await run.client.jobs.cancel(task.job.id)
+                assert flagged.state is S.RUNNING  # claimed: only flagged
+                with anyio.fail_after(WAIT):
+                    await heard.wait()  # the client heard of it while holding the claim
+            assert cancelled_at_start == []  # nothing started while held
+            release.set()
+            ev = await next_event(events, job_id=task.job.id)
+            # later claims go through the hooks too, and start once they return
+            other = await run.client.insert(Other())
+            other_ev = await next_event(events, job_id=other.job.id)
+            row = await get_row(run, task.job.id)
+
+    assert ev.kind is K.JOB_CANCELLED and row.state is S.CANCELLED
+    assert [(e.attempt, e.error) for e in row.errors] == [
+        (1, "JobCancelError: job cancelled remotely")
+    ]
+    assert cancelled_at_start == [True]
+    assert other_ev.kind is K.JOB_COMPLETED
+    assert calls == [
+        ("holder", [task.job.id]),
+        ("counter", [task.job.id]),
+        ("holder", [other.job.id]),
+        ("counter", [other.job.id]),
+    ]
+    assert any("Broken.jobs_claimed raised" in r.getMessage() for r in caplog.records)
+
+
+async def test_a_cancel_heard_while_a_claim_is_in_flight_reaches_the_claimed_job(
+    database_url: str, clock: FixedClock
+) -> None:
+    """A claim has committed but its reply has not arrived when the job's cancel is heard:
+    the producer keeps the cancel for the claim's jobs, and the job starts cancelled."""
+    release = anyio.Event()
+    cancelled_at_start: list[bool] = []
+
+    async def cooperative(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        cancelled_at_start.append(ctx.cancelled.is_set())
+        await anyio.sleep_forever()
+
+    workers = river.Workers()
+    workers.add(Task, cooperative)
+    async with open_faulty(database_url) as faulty:
+        # the claim after the start-up one: it commits, its reply waits for ``release``
+        claim = faulty.delay_reply("job_get_available", until=release, skip=1)
+        heard = faulty.delay(
+            "notification",
+            where=lambda call: (
+                call.args[0].topic == TOPIC_CONTROL and '"cancel"' in call.args[0].payload
+            ),
+        )
+        async with running(
+            cast(Any, faulty), workers, clock=clock, job_timeout=None, fetch_poll_interval=60
+        ) as run:
+            with run.subscribe(K.JOB_CANCELLED) as events:
+                task = await run.client.insert(Task())
+                with anyio.fail_after(WAIT):
+                    await claim.hit.wait()
+                assert [r.id for r in claim.replies[0]] == [task.job.id]
+                flagged = await run.client.jobs.cancel(task.job.id)
+                assert flagged.state is S.RUNNING
+                with anyio.fail_after(WAIT):
+                    await heard.hit.wait()
+                await anyio.wait_all_tasks_blocked()  # the producer has handled it
+                release.set()
+                ev = await next_event(events, job_id=task.job.id)
+                row = await get_row(run, task.job.id)
+    assert ev.kind is K.JOB_CANCELLED
+    assert [e.error for e in row.errors] == ["JobCancelError: job cancelled remotely"]
+    assert cancelled_at_start == [True]
+
+
+async def test_a_stop_while_a_hook_holds_a_claim_works_the_claimed_jobs(
+    database_url: str, clock: FixedClock
+) -> None:
+    """A graceful stop cancels the hook's wait; the claimed jobs start and finish."""
+    held = anyio.Event()
+    worked: list[int] = []
+
+    class Holder:
+        async def jobs_claimed(self, rows: Sequence[river.JobRow]) -> None:
+            held.set()
+            await anyio.sleep_forever()
+
+    async def work(ctx: river.WorkContext, job: river.Job[Any]) -> None:
+        worked.append(job.id)
+
+    workers = river.Workers()
+    workers.add(Task, work)
+    async with running(database_url, workers, clock=clock, hooks=[Holder()]) as run:
+        with run.subscribe(K.JOB_COMPLETED, K.JOB_INTERRUPTED) as events:
+            task = await run.client.insert(Task())
+            with anyio.fail_after(WAIT):
+                await held.wait()
+            run.stop()
+            ev = await next_event(events, job_id=task.job.id)
+    assert worked == [task.job.id]
+    assert ev.kind is K.JOB_COMPLETED
 
 
 # --- pause and resume -------------------------------------------------------------------------

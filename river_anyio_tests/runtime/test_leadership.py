@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, ClassVar
 
@@ -97,8 +98,9 @@ async def clients(url: str) -> AsyncIterator[TaskGroup]:
 async def test_one_client_leads_and_a_stopping_leader_hands_over_at_once(
     database_url: str,
 ) -> None:
-    # a long interval: the follower takes over because the leader said it resigned, not
-    # because it polled
+    # a long interval: on PostgreSQL the follower takes over because the leader said it
+    # resigned, not because it polled; on SQLite, as with River's driver, the leader says
+    # nothing and the follower takes over at its next bid
     slow = 3.0
     async with clients(database_url) as tg:
         a = await start(tg, database_url, "leader-a", elect_interval=slow)
@@ -117,7 +119,8 @@ async def test_one_client_leads_and_a_stopping_leader_hands_over_at_once(
                 assert lost.details["reason"] == "stopping"
                 await next_event(b_events, K.LEADER_ELECTED)
                 handover = anyio.current_time() - stopped_at
-                assert handover < 1.0, f"handover took {handover:.2f}s"
+                bound = 1.0 if a.client.driver.dialect == "postgres" else slow * 1.2 + 1.0
+                assert handover < bound, f"handover took {handover:.2f}s"
                 assert b.is_leader and not a.is_leader
                 assert await lease_holder(database_url) == "leader-b"
         await a.wait()
@@ -260,3 +263,100 @@ async def test_a_never_leader_client_refuses_periodic_jobs(database_url: str) ->
         with pytest.raises(river.ConfigError, match="never leads"):
             run.client.periodic_jobs.add(job)
         assert len(run.client.periodic_jobs) == 0
+
+
+async def test_periodic_jobs_start_hooks_run_each_time_the_enqueuer_starts(
+    database_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """River's HookPeriodicJobsStart: once per term, before run-on-start jobs are inserted;
+    one that raises is logged and the enqueuer starts anyway."""
+    w = workers()
+    starts: list[river.PeriodicJobsStartParams] = []
+    inserted = 0
+    worked = anyio.Event()
+
+    class Counting:
+        async def periodic_jobs_start(self, params: river.PeriodicJobsStartParams) -> None:
+            starts.append(params)
+            assert inserted == len(starts) - 1  # this term's run-on-start job is not in yet
+
+    class Broken:
+        def periodic_jobs_start(self, params: river.PeriodicJobsStartParams) -> None:
+            raise RuntimeError("start hook broke")
+
+    @w.register(Periodic)
+    async def work(ctx: river.WorkContext, job: river.Job[Periodic]) -> None:
+        nonlocal inserted
+        inserted += 1
+        worked.set()
+
+    job = river.PeriodicJob(river.every(3600), Periodic, id="hourly", run_on_start=True)
+    caplog.set_level(logging.ERROR, logger="river_anyio")
+    async with clients(database_url) as tg:
+        run = await start(
+            tg, database_url, "hooked", workers=w, periodic_jobs=[job], hooks=[Broken(), Counting()]
+        )
+        with run.subscribe(K.LEADER_ELECTED, K.LEADER_LOST) as events:
+            with anyio.fail_after(WAIT):
+                await worked.wait()
+            assert [(p.client_id, p.jobs) for p in starts] == [("hooked", (job,))]
+            worked = anyio.Event()
+            await run.client.request_resign()  # a new term starts the enqueuer again
+            lost = await next_event(events, K.LEADER_LOST)
+            assert lost.details["reason"] == "resigned"
+            await next_event(events, K.LEADER_ELECTED)
+            with anyio.fail_after(WAIT):
+                await worked.wait()
+        run.stop()
+    assert len(starts) == 2 and inserted == 2
+    messages = [r.getMessage() for r in caplog.records]
+    assert sum("Broken.periodic_jobs_start raised" in m for m in messages) == 2
+
+
+class _Rollback(Exception):
+    pass
+
+
+REQUEST_RESIGN = '{"action":"request_resign","leader_id":""}'
+
+
+async def test_request_resign_asks_the_leader_to_resign_directly_and_in_transactions(
+    database_url: str,
+) -> None:
+    """River's Notify().RequestResign(Tx) from a client that does not lead: River's exact
+    payload; a rolled-back transaction sends nothing, a committed one sends it once."""
+    async with clients(database_url) as tg:
+        run = await start(tg, database_url, "asked-to-resign")
+        with run.subscribe(K.LEADER_ELECTED, K.LEADER_LOST) as events:
+            await leading(run, events)
+            async with open_driver(database_url) as driver, driver.listener() as listener:
+                await listener.listen(TOPIC_LEADERSHIP)
+                requester = river.Client(driver, id="requester", max_attempts=25)
+
+                await requester.request_resign()
+                lost = await next_event(events, K.LEADER_LOST)
+                assert lost.details["reason"] == "resigned"
+                await next_event(events, K.LEADER_ELECTED)  # it competes again, and wins
+
+                with pytest.raises(_Rollback):
+                    async with requester.transaction() as tx:
+                        await requester.request_resign_tx(tx)
+                        raise _Rollback
+                async with requester.transaction() as tx:
+                    await requester.request_resign_tx(tx)
+                lost = await next_event(events, K.LEADER_LOST)
+                assert lost.details["reason"] == "resigned"
+                await next_event(events, K.LEADER_ELECTED)
+                assert run.diagnostics.leader_terms == 3
+
+                # what was published, up to a marker sent last
+                await driver.executor().notify_many(TOPIC_LEADERSHIP, ['{"marker":true}'])
+                requests: list[str] = []
+                with anyio.fail_after(WAIT):
+                    async for note in listener:
+                        if note.payload == '{"marker":true}':
+                            break
+                        if "request_resign" in note.payload:
+                            requests.append(note.payload)
+        run.stop()
+    assert requests == [REQUEST_RESIGN, REQUEST_RESIGN]

@@ -137,11 +137,65 @@ async def test_a_remote_cancel_is_the_attempts_reason_and_ends_that_job_only() -
             await tg.start(pool.run)
             pool.dispatch(rows(2))
             await started.wait()
+            # claimed, not begun: it begins cancelled (River's executor cancelled before it
+            # runs)
+            waiting = pool.cancel(2, CancelReason.REMOTE)
+            assert waiting is not None and waiting.row.id == 2
             assert pool.cancel(99, CancelReason.REMOTE) is None
             cancelled = pool.cancel(1, CancelReason.REMOTE)
             assert cancelled is not None and cancelled.row.id == 1
             pool.close()
-    assert runner.ended == [(1, CancelReason.REMOTE), (2, None)]
+    assert runner.ended == [(1, CancelReason.REMOTE), (2, CancelReason.REMOTE)]
+
+
+async def test_a_cancel_after_the_job_ran_changes_nothing() -> None:
+    """An attempt whose work returned, still held while it concludes, is not cancelled."""
+    concluding = anyio.Event()
+    release = anyio.Event()
+
+    class SlowEnd(StandInRunner):
+        async def end(self, attempt: Attempt) -> None:
+            concluding.set()
+            await release.wait()
+            await super().end(attempt)
+
+    runner = SlowEnd(lambda attempt: anyio.lowlevel.checkpoint())
+    pool = pool_of(runner, 1)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.dispatch(rows(1))
+            await concluding.wait()
+            assert pool.cancel(1, CancelReason.REMOTE) is None
+            release.set()
+            pool.close()
+    assert runner.ended == [(1, None)]
+
+
+async def test_held_rows_start_when_released_and_are_given_back_if_never_released() -> None:
+    runner = StandInRunner(lambda attempt: anyio.lowlevel.checkpoint())
+    pool = pool_of(runner, 2)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.hold(rows(2))
+            assert len(pool) == 2 and sorted(pool.job_ids()) == [1, 2]
+            held = pool.cancel(2, CancelReason.REMOTE)  # reaches a held row
+            assert held is not None
+            await anyio.wait_all_tasks_blocked()
+            assert runner.ended == []  # nothing starts while held
+            pool.start_held()
+            pool.close()
+    assert sorted(runner.ended, key=lambda e: e[0]) == [(1, None), (2, CancelReason.REMOTE)]
+
+    runner = StandInRunner(lambda attempt: anyio.lowlevel.checkpoint())
+    pool = pool_of(runner, 2)
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(pool.run)
+            pool.hold(rows(2))
+            tg.cancel_scope.cancel("stop and cancel")
+    assert runner.ended == [] and runner.given_back == [1, 2] and len(pool) == 0
 
 
 async def test_a_claimed_attempt_cancelled_before_it_begins_keeps_the_reason() -> None:

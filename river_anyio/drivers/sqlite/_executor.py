@@ -27,7 +27,6 @@ from ..._timeutil import (
 from ..._unique import UNIQUE_STATES_BY_MASK
 from .._protocol import (
     TOPIC_CONTROL,
-    TOPIC_LEADERSHIP,
     Completion,
     CompletionResult,
     InsertedJob,
@@ -844,14 +843,12 @@ class SQLiteExecutor(SharedOperations):
         return _leader(rows[0]) if rows else None
 
     async def leader_resign(self, *, leader_id: str, elected_at: dt.datetime) -> bool:
-        # River's SQLite driver sends no notification here; we write River's `resigned`
-        # payload to the outbox so followers (ours and River Go's) try at once.
+        # As River's SQLite driver: no `resigned` notification (River's PostgreSQL driver
+        # sends one), so followers take over at their next bid; the outbox carries what
+        # River Go's clients write, no more.
         q = self._q
         at = format_sqlite_timestamp(elected_at)
-        resigned = await self._write(lambda c: _op_leader_resign(c, q, leader_id, at))
-        if resigned:
-            self._notified()
-        return resigned
+        return await self._write(lambda c: _op_leader_resign(c, q, leader_id, at))
 
     async def leader_get_elected(self) -> LeaderRow | None:
         sql = self._q.leader_get_elected
@@ -1080,11 +1077,7 @@ def _op_changes_many(conn: apsw.Connection, sql: str, batch: list[tuple[Any, ...
 
 def _op_leader_resign(conn: apsw.Connection, q: Queries, leader_id: str, elected_at: str) -> bool:
     conn.execute(q.leader_resign, (leader_id, elected_at)).fetchall()
-    if not conn.changes():
-        return False
-    payload = json.dumps({"leader_id": leader_id, "action": "resigned"}, separators=(",", ":"))
-    conn.execute(q.notify_one, (TOPIC_LEADERSHIP, payload))
-    return True
+    return bool(conn.changes())
 
 
 def _op_schedule_due(conn: apsw.Connection, q: Queries, horizon: str) -> bool:
