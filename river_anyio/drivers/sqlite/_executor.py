@@ -323,14 +323,19 @@ def _op_claim_limited(
     return LimitedClaim(jobs=jobs, allowed=allowed, reopens_in=reopens_in)
 
 
+_HALF_MS: Final = dt.timedelta(microseconds=500)
+_TS_MAX: Final = dt.datetime.max.replace(tzinfo=dt.UTC) - _HALF_MS
+
+
 def _sqlite_ts(value: dt.datetime) -> str:
-    """:func:`format_sqlite_timestamp`, several times faster (the completion batch's hot spot)."""
+    """:func:`format_sqlite_timestamp` (milliseconds, rounded halves up), several times faster
+    (the completion batch's hot spot)."""
     offset = value.utcoffset()
-    if offset is None:
+    if offset is None or value >= _TS_MAX:
         return format_sqlite_timestamp(value)  # raises: naive datetimes are refused
     if offset:
         value = value.astimezone(dt.UTC)
-    return value.isoformat(" ", "microseconds")[:26]  # without the "+00:00"
+    return (value + _HALF_MS).isoformat(" ", "milliseconds")[:23]  # without the "+00:00"
 
 
 def _json_text(value: bytes | None) -> str:
