@@ -71,12 +71,6 @@ def _validate_id(client_id: object) -> str:
     return client_id
 
 
-def _validate_max_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32767:
-        raise ConfigError("max_attempts", "must be an int between 1 and 32767", value)
-    return value
-
-
 class Client:
     """Inserts jobs, and manages jobs and queues (``jobs``, ``queues``, ``local_queues``).
 

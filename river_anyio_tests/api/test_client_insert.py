@@ -60,6 +60,29 @@ async def test_insert_returns_the_row(database_url: str) -> None:
     assert job.unique_key is None and job.unique_states is None
 
 
+async def test_max_attempts_beyond_smallint_are_clamped_on_postgres(database_url: str) -> None:
+    """As River: PostgreSQL's smallint column gets 32,767 for a wider max_attempts (insert,
+    batch and COPY alike); SQLite stores it as given."""
+    wide = river.InsertOpts(max_attempts=40_000)
+    expected = 40_000 if database_url.startswith("sqlite") else 32_767
+    async with river.open_client(database_url, max_attempts=50_000) as run:
+        client = run.client
+        one = (await client.insert(Email(to="one"), wide)).job
+        many = await client.insert_many(
+            [river.InsertManyParams(Email(to="many"), wide), Email(to="default")]
+        )
+        assert await client.insert_many_fast([river.InsertManyParams(Email(to="fast"), wide)]) == 1
+        rows = {r.args["to"]: r for r in await client.driver.executor().job_list(limit=10)}
+    assert one.max_attempts == many[0].job.max_attempts == expected
+    assert many[1].job.max_attempts == (50_000 if expected == 40_000 else 32_767)
+    assert {to: r.max_attempts for to, r in rows.items()} == {
+        "one": expected,
+        "many": expected,
+        "default": many[1].job.max_attempts,
+        "fast": expected,
+    }
+
+
 async def test_insert_scheduled_pending_and_kind_defaults(database_url: str) -> None:
     at = dt.datetime(2031, 2, 3, 4, 5, 6, 789000, tzinfo=UTC)
     async with river.open_client(database_url) as run:

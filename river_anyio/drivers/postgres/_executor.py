@@ -60,6 +60,9 @@ _UTC = dt.UTC
 _SEP = "\x1e"  # between elements of a batch column (chr(30) in SQL)
 _TAG_SEP = "\x1f"  # between the tags of one job (chr(31) in SQL)
 _COPY_CHUNK = 1 << 20
+#: The most River's ``smallint`` columns hold. Wider attempt counts (River Go's are ``int``s,
+#: and SQLite stores them as given) are clamped to it on insert, as River's driver does.
+_SMALLINT_MAX = 32767
 #: Rows of a COPY built between two checkpoints (about 2 ms of the loop's time).
 _COPY_ROWS = 1000
 _json_decode = json.JSONDecoder().decode
@@ -199,9 +202,9 @@ def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
         args,
         _SEP + _SEP.join(created),
         kinds,
-        _SEP + _SEP.join([str(p.max_attempts) for p in params]),
+        _SEP + _SEP.join([str(min(p.max_attempts, _SMALLINT_MAX)) for p in params]),
         metadata,
-        _SEP + _SEP.join([str(p.priority) for p in params]),
+        _SEP + _SEP.join([str(min(p.priority, _SMALLINT_MAX)) for p in params]),
         queues,
         _SEP + _SEP.join(scheduled),
         _SEP + _SEP.join([p.state.value for p in params]),
@@ -238,9 +241,9 @@ def _row_columns(p: JobInsertParams) -> list[str]:
         args,
         _time_text(p.created_at, "created_at"),
         p.kind,
-        str(p.max_attempts),
+        str(min(p.max_attempts, _SMALLINT_MAX)),
         metadata,
-        str(p.priority),
+        str(min(p.priority, _SMALLINT_MAX)),
         p.queue,
         _time_text(p.scheduled_at, "scheduled_at"),
         p.state.value,
@@ -343,7 +346,8 @@ def _copy_buffer(params: Sequence[JobInsertParams], columns: Sequence[str], now:
         key = "\\\\x" + p.unique_key.hex() if p.unique_key else "\\N"
         states = format(p.unique_states, "08b") if p.unique_states else "\\N"
         lines.append(
-            f"{args}\t{created}{text(p.kind)}\t{p.max_attempts}\t{metadata}\t{p.priority}\t"
+            f"{args}\t{created}{text(p.kind)}\t{min(p.max_attempts, _SMALLINT_MAX)}\t"
+            f"{metadata}\t{min(p.priority, _SMALLINT_MAX)}\t"
             f"{text(p.queue)}\t{scheduled}{p.state.value}\t{tags}\t{key}\t{states}"
         )
     lines.append("")
