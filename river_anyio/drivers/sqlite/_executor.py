@@ -47,6 +47,7 @@ from .._shared import (
     job_list_statement,
     list_where,
     make_job,
+    refuse_repeated_unique_keys,
     where_text,
 )
 from ._connection import write_unit
@@ -558,9 +559,10 @@ class SQLiteExecutor(SharedOperations):
     async def job_insert_fast_many(self, params: Sequence[JobInsertParams]) -> list[InsertedJob]:
         """Insert a batch in one statement; unique conflicts return the existing row, flagged.
 
-        Results are in input order. A job whose unique key repeats an earlier job's in the same
-        batch comes back as a duplicate of that job.
+        Results are in input order. A batch holding one unique key twice is refused, as River
+        refuses it.
         """
+        refuse_repeated_unique_keys(params)
         q = self._q
         batch = list(params)
         return await self._write(lambda c: _op_insert_fast_many(c, q, batch))
@@ -943,6 +945,7 @@ class SQLiteExecutor(SharedOperations):
         self, params: Sequence[JobInsertParams], *, topic: str, payloads: Sequence[str]
     ) -> list[InsertedJob]:
         """Insert a batch and append its notifications to the outbox, in one transaction."""
+        refuse_repeated_unique_keys(params)
         q = self._q
         batch = list(params)
         encoded = json.dumps(list(payloads)) if payloads else None
