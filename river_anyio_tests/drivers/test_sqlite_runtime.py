@@ -22,6 +22,7 @@ from river_anyio._job import JobRow, JobState
 from river_anyio._timeutil import format_sqlite_timestamp, parse_sqlite_timestamp
 from river_anyio.drivers._protocol import JobCompletion
 from river_anyio.drivers.sqlite import SQLiteDriver, open_sqlite
+from river_anyio.drivers.sqlite import _executor as sqlite_executor
 from river_anyio.drivers.sqlite._connection import path_from_url
 from river_anyio.drivers.sqlite._dbapi import _timestamp_text
 from river_anyio.drivers.sqlite._executor import _parse_timestamp, _sqlite_ts
@@ -144,6 +145,49 @@ async def test_claim_and_completion_write_our_text_format(sqlite_url: str) -> No
         assert rows[1] == (None, "2032-01-01 05:00:00.000")
         assert results[0].job.finalized_at == finalized.replace(microsecond=123000)
         assert results[1].job.scheduled_at == retry_at
+
+
+async def test_claims_within_one_millisecond_get_distinct_times(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims share no ``attempted_at`` although SQLite keeps milliseconds: the rows of a claim
+    whose reply was lost are told from those of the claim before it, however close."""
+    frozen = dt.datetime(2030, 1, 1, 0, 0, 0, 400, tzinfo=UTC)  # stored as .000
+    monkeypatch.setattr(sqlite_executor, "utc_now", lambda: frozen)
+    monkeypatch.setattr(sqlite_executor, "_claim_clock", sqlite_executor._ClaimClock())
+    async with open_sqlite(sqlite_url) as driver:
+        ex = driver.executor()
+        await ex.job_insert_fast_many([params(i) for i in range(4)])
+        seen = await ex.job_get_available(queue="default", max_to_lock=1, client_id=CLIENT)
+        lost = await ex.job_get_available(queue="default", max_to_lock=2, client_id=CLIENT)
+        last = await ex.job_get_available(queue="default", max_to_lock=1, client_id=CLIENT)
+        times = [j.attempted_at for j in (*seen, *lost, *last)]
+        ms = dt.timedelta(milliseconds=1)
+        start = frozen.replace(microsecond=0)
+        assert times == [start, start + ms, start + ms, start + 2 * ms]  # one time per claim
+        given = await ex.job_give_back_lost_claims(
+            queue="default",
+            client_id=CLIENT,
+            claimed_after=seen[0].attempted_at,
+            within=60.0,
+            running=(last[0].id,),
+        )
+        assert [j.id for j in given] == [j.id for j in lost]
+
+
+def test_the_claim_clock_steps_a_millisecond_and_follows_a_clock_set_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    at = [dt.datetime(2030, 1, 1, 0, 0, 0, 999600, tzinfo=UTC)]  # rounds to 00:00:01.000
+    monkeypatch.setattr(sqlite_executor, "utc_now", lambda: at[0])
+    clock = sqlite_executor._ClaimClock()
+    second = dt.datetime(2030, 1, 1, 0, 0, 1, tzinfo=UTC)
+    ms = dt.timedelta(milliseconds=1)
+    assert [clock() for _ in range(3)] == [second, second + ms, second + 2 * ms]
+    at[0] = second + dt.timedelta(seconds=5)  # the clock moves on: followed
+    assert clock() == at[0]
+    at[0] = second  # set back further than a second: followed, not stepped from the last
+    assert clock() == second
 
 
 async def test_claim_orders_and_compares_rivers_text_formats(sqlite_url: str) -> None:

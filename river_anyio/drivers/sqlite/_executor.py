@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
@@ -268,13 +269,48 @@ def _op_insert_no_returning(
 # the runtime's hot path
 
 
+class _ClaimClock:
+    """Claim times (``attempted_at``) strictly increasing in this process.
+
+    River's SQLite text holds milliseconds, so two claims within one would share a time, and
+    the recovery of a claim whose reply was lost (the client's rows attempted *after* the last
+    claim whose rows arrived) could not tell them apart. A claim within the millisecond of the
+    previous one (or up to a second before it: a claim rate beyond one per millisecond) takes
+    the next millisecond; a clock set further back is followed.
+    """
+
+    __slots__ = ("_last", "_lock")
+
+    _STEP: Final = dt.timedelta(milliseconds=1)
+    _FOLLOW_BACK: Final = dt.timedelta(seconds=1)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dt.datetime | None = None
+
+    def __call__(self) -> dt.datetime:
+        """This moment, to the millisecond as stored, after every time returned before."""
+        at = utc_now() + _HALF_MS  # rounded to the millisecond as stored (halves up)
+        at = at.replace(microsecond=at.microsecond - at.microsecond % 1000)
+        with self._lock:
+            last = self._last
+            if last is not None and last - self._FOLLOW_BACK < at <= last:
+                at = last + self._STEP
+            self._last = at
+        return at
+
+
+_claim_clock: Final = _ClaimClock()
+
+
 def _op_claim(
     conn: apsw.Connection, sql: tuple[str, str], args: tuple[Any, ...], now: str | None = None
 ) -> list[JobRow]:
-    """``args``: queue, max_to_lock, max_attempted_by, kinds (JSON or None), client id."""
+    """``args``: queue, max_to_lock, max_attempted_by, kinds (JSON or None), client id.
+    ``now``: the claim's time (default: the claim clock's next)."""
     candidates, update = sql
     queue, max_to_lock, max_attempted_by, kinds, client_id = args
-    at = _now() if now is None else now
+    at = format_sqlite_timestamp(_claim_clock()) if now is None else now
     read = (queue, max_to_lock, at) if kinds is None else (queue, max_to_lock, at, None, kinds)
     ids = [str(row[0]) for row in conn.execute(candidates, read)]
     if not ids:
@@ -305,7 +341,7 @@ def _op_claim_limited(
         if "no such table" in str(exc):
             raise MigrationError(limits_table_missing(queue)) from None
         raise
-    at = utc_now()
+    at = _claim_clock()
     now_text, now = format_sqlite_timestamp(at), micros(at)
     window = RateWindow.decode(starts) if rate_limit is not None else None
     allowed = wanted
