@@ -73,12 +73,6 @@ def _validate_id(client_id: object) -> str:
     return client_id
 
 
-def _validate_max_attempts(value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 32767:
-        raise ConfigError("max_attempts", "must be an int between 1 and 32767", value)
-    return value
-
-
 class Client:
     """Inserts jobs, and manages jobs and queues (``jobs``, ``queues``, ``local_queues``).
 
@@ -359,7 +353,11 @@ class Client:
         return (await self._insert_many_on(self._driver.executor_for(tx), params))[0]
 
     async def insert_many(self, params: Sequence[object]) -> list[InsertResult]:
-        """Insert a batch in one statement and one transaction; results in input order."""
+        """Insert a batch in one statement and one transaction; results in input order.
+
+        A batch holding one unique key twice is refused (:class:`ValidationError`), as River
+        refuses it: which job would be the other's duplicate is not defined.
+        """
         return await self._insert_many_own(await self._many(params))
 
     async def insert_many_tx(self, tx: object, params: Sequence[object]) -> list[InsertResult]:
@@ -371,7 +369,8 @@ class Client:
     async def insert_many_fast(self, params: Sequence[object]) -> int:
         """Insert a batch without returning rows (the bulk path); returns the count inserted.
 
-        On PostgreSQL this uses COPY, so a unique conflict fails the whole batch, as in River.
+        On PostgreSQL this uses COPY, so a unique conflict (with a stored job or within the
+        batch) fails the whole batch, as in River; SQLite skips the conflicting jobs.
         """
         built = await self._many(params)
         async with self._driver.transaction() as tx:

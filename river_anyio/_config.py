@@ -17,7 +17,7 @@ import attrs
 
 from ._errors import ConfigError, ValidationError
 from ._health import HealthConfig
-from ._job import MAX_ATTEMPTS_DEFAULT, validate_queue_name
+from ._job import MAX_ATTEMPTS_DEFAULT, MAX_ATTEMPTS_LIMIT, validate_queue_name
 from ._periodic import PeriodicJob, PeriodicJobs
 from ._queue_limits import RateLimit
 from ._retry import DefaultRetryPolicy, RetryPolicy
@@ -286,8 +286,7 @@ class MaintenanceConfig:
 #: River's defaults for the client options (``client.go``); :class:`Config` holds them.
 THREAD_WORKERS_DEFAULT = 16
 PROCESS_WORKERS_DEFAULT = 4
-#: Bounds River puts on the attempts and on a client ID.
-MAX_ATTEMPTS_LIMIT = 32767
+#: Bound River puts on a client ID.
 ID_MAX_LENGTH = 100
 
 
@@ -317,9 +316,7 @@ def _max_attempts(_inst: object, _attr: object, value: object) -> None:
         or not isinstance(value, int)
         or not (1 <= value <= MAX_ATTEMPTS_LIMIT)
     ):
-        raise ConfigError(
-            "max_attempts", f"must be an int between 1 and {MAX_ATTEMPTS_LIMIT}", value
-        )
+        raise ConfigError("max_attempts", "must be an int between 1 and 2**63 - 1", value)
 
 
 def _bool(_inst: object, attribute: attrs.Attribute[bool], value: object) -> None:
@@ -486,7 +483,8 @@ class Config:
             (SQLite; attach it with ``driver_options={"attach": {name: path}}``). With a
             driver of the caller's, the client uses ``driver.with_schema(schema)``: the
             same pool under this schema, as River Go's clients share one driver.
-        max_attempts: Attempts of jobs inserted without their own (River's 25).
+        max_attempts: Attempts of jobs inserted without their own (River's 25). Above
+            32,767, PostgreSQL stores 32,767 (its column is a ``smallint``), as River does.
         job_timeout: How long an attempt may run unless its worker says otherwise, ``None``
             for no limit (60 s).
         soft_stop_timeout: How long a graceful stop lets running jobs finish before they are

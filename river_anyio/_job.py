@@ -29,8 +29,10 @@ __all__ = [
 MAX_ATTEMPTS_DEFAULT = 25
 PRIORITY_DEFAULT = 1
 QUEUE_DEFAULT = "default"
-#: ``smallint`` columns (attempt, max_attempts) cannot hold more than this.
-_SMALLINT_MAX = 32767
+#: The widest ``max_attempts`` River takes (Go's ``int``). SQLite stores it as given;
+#: PostgreSQL's ``smallint`` column holds 32,767 at most, and its driver clamps to that on
+#: insert, as River's does.
+MAX_ATTEMPTS_LIMIT = 2**63 - 1
 
 _QUEUE_RE = re.compile(r"^(?:[a-z0-9])+(?:[_|\-]?[a-z0-9]+)*$")
 _QUEUE_MAX = 64
@@ -349,10 +351,14 @@ def _unique_validator(_inst: object, _attr: object, value: Any) -> None:
 @attrs.frozen(kw_only=True)
 class InsertOpts:
     """Options for one insert. ``None`` means "take it from the next level": the args class's
-    own insert options, then the client, then River's defaults."""
+    own insert options, then the client, then River's defaults.
+
+    A ``max_attempts`` above 32,767 is stored as 32,767 on PostgreSQL (its column is a
+    ``smallint``; River clamps the same way) and as given on SQLite.
+    """
 
     max_attempts: int | None = attrs.field(
-        default=None, validator=_validate_int_range("max_attempts", 1, _SMALLINT_MAX)
+        default=None, validator=_validate_int_range("max_attempts", 1, MAX_ATTEMPTS_LIMIT)
     )
     priority: int | None = attrs.field(
         default=None, validator=_validate_int_range("priority", 1, 4)

@@ -1,7 +1,8 @@
 """Timestamp text formats shared with River Go.
 
 River writes RFC 3339 strings inside JSON (``errors[].at``, ``cancel_attempted_at``) and, on
-SQLite, stores timestamps as text in several formats depending on which code path wrote them.
+SQLite, stores timestamps as text in several formats depending on which code path wrote them
+(River's own writes are milliseconds, which is all :func:`format_sqlite_timestamp` keeps too).
 Everything here returns aware datetimes; Python keeps microseconds, so Go's nanoseconds are
 truncated when read.
 """
@@ -22,6 +23,8 @@ __all__ = [
 ]
 
 UTC = dt.UTC
+_HALF_MILLISECOND = dt.timedelta(microseconds=500)
+_ROUNDS_UP_TO_MAX = dt.datetime.max - _HALF_MILLISECOND
 
 # One pattern covers RFC 3339 and every text format River's SQLite rows can hold:
 #   2006-01-02 15:04:05           (CURRENT_TIMESTAMP)
@@ -146,15 +149,18 @@ def format_rfc3339nano(value: dt.datetime, nanosecond: int = 0) -> str:
 
 
 def format_sqlite_timestamp(value: dt.datetime) -> str:
-    """UTC ``YYYY-MM-DD HH:MM:SS.ffffff``: sorts correctly against River's own text values.
+    """UTC ``YYYY-MM-DD HH:MM:SS.fff``, the one text layout River Go writes and parses on SQLite.
 
-    Comparisons on River's SQLite columns are textual, so we always write UTC with the same
-    ``YYYY-MM-DD HH:MM:SS`` prefix River uses. Microseconds are kept; River's shorter fractions
-    compare correctly against them.
+    Comparisons on River's SQLite columns are textual, so every time is written in this one
+    layout, rounded to the millisecond (halves up) as River does: River cannot parse more
+    fractional digits, and a shorter text would sort before an equal longer one.
     """
     _require_aware(value)
+    value = value.astimezone(UTC).replace(tzinfo=None)
+    if value < _ROUNDS_UP_TO_MAX:  # beyond it there is no room to round up: truncated
+        value += _HALF_MILLISECOND  # then truncated by isoformat: rounded, halves up
     # isoformat zero-pads years below 1000 (strftime's %Y does not); text order needs it
-    return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+    return value.isoformat(" ", "milliseconds")
 
 
 def utc_now() -> dt.datetime:

@@ -109,18 +109,39 @@ def test_format_rejects_naive() -> None:
 
 def test_sqlite_format_sorts_with_rivers_text() -> None:
     ours = format_sqlite_timestamp(dt.datetime(2026, 1, 2, 3, 4, 5, 123400, tzinfo=UTC))
-    assert ours == "2026-01-02 03:04:05.123400"
+    assert ours == "2026-01-02 03:04:05.123"  # River's layout, milliseconds
     # River's own texts for slightly earlier/later instants compare correctly as text.
-    assert "2026-01-02 03:04:05.123" < ours < "2026-01-02 03:04:05.124"
+    assert "2026-01-02 03:04:05.122" < ours < "2026-01-02 03:04:05.124"
     assert "2026-01-02 03:04:05" < ours < "2026-01-02 03:04:06"
     local = dt.datetime(2026, 1, 2, 4, 4, 5, tzinfo=dt.timezone(dt.timedelta(hours=1)))
-    assert format_sqlite_timestamp(local) == "2026-01-02 03:04:05.000000"
-    assert parse_sqlite_timestamp(ours) == dt.datetime(2026, 1, 2, 3, 4, 5, 123400, tzinfo=UTC)
+    assert format_sqlite_timestamp(local) == "2026-01-02 03:04:05.000"
+    assert parse_sqlite_timestamp(ours) == dt.datetime(2026, 1, 2, 3, 4, 5, 123000, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # River Go rounds to the millisecond, halves up (Time.Round), also before 1970
+        (dt.datetime(2026, 1, 2, 3, 4, 5, 123400, tzinfo=UTC), "2026-01-02 03:04:05.123"),
+        (dt.datetime(2026, 1, 2, 3, 4, 5, 123800, tzinfo=UTC), "2026-01-02 03:04:05.124"),
+        (dt.datetime(2026, 1, 2, 3, 4, 5, 499, tzinfo=UTC), "2026-01-02 03:04:05.000"),
+        (dt.datetime(2026, 1, 2, 3, 4, 5, 500, tzinfo=UTC), "2026-01-02 03:04:05.001"),
+        (dt.datetime(2026, 1, 2, 3, 4, 5, 999500, tzinfo=UTC), "2026-01-02 03:04:06.000"),
+        (dt.datetime(1969, 12, 31, 23, 59, 59, 999500, tzinfo=UTC), "1970-01-01 00:00:00.000"),
+        (dt.datetime(1969, 12, 31, 23, 59, 59, 997500, tzinfo=UTC), "1969-12-31 23:59:59.998"),
+        # no room left to round up: truncated
+        (dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC), "9999-12-31 23:59:59.999"),
+    ],
+)
+def test_sqlite_format_rounds_to_milliseconds_as_river_does(
+    value: dt.datetime, expected: str
+) -> None:
+    assert format_sqlite_timestamp(value) == expected
 
 
 def test_formats_pad_small_years() -> None:
     early = dt.datetime(1, 1, 2, 3, 4, 5, 6, tzinfo=UTC)
-    assert format_sqlite_timestamp(early) == "0001-01-02 03:04:05.000006"
+    assert format_sqlite_timestamp(early) == "0001-01-02 03:04:05.000"
     assert format_rfc3339(early) == "0001-01-02T03:04:05Z"
     assert format_rfc3339nano(early) == "0001-01-02T03:04:05.000006Z"
     assert format_sqlite_timestamp(early) < format_sqlite_timestamp(

@@ -237,7 +237,9 @@ class Executor(Protocol):
     async def job_insert_fast_many(self, params: Sequence[JobInsertParams]) -> list[InsertedJob]:
         """Insert jobs in one statement; unique conflicts return the existing row, flagged.
 
-        Results are in input order.
+        Results are in input order. A batch holding one unique key twice (for jobs whose state
+        is among their unique states) is refused with :class:`~river_anyio.ValidationError`, as
+        River does.
         """
         ...
 

@@ -18,7 +18,8 @@ from .._errors import ValidationError
 from .._fastinit import positional_constructor
 from .._job import AttemptError, JobRow, JobState
 from .._timeutil import parse_rfc3339_ns
-from ._protocol import JobListQuery
+from .._unique import unique_states_mask
+from ._protocol import JobInsertParams, JobListQuery
 
 __all__ = [
     "STATE_BY_NAME",
@@ -28,6 +29,7 @@ __all__ = [
     "job_list_statement",
     "list_where",
     "make_job",
+    "refuse_repeated_unique_keys",
     "require_aware",
     "where_text",
 ]
@@ -43,6 +45,27 @@ def require_aware(value: dt.datetime, field: str) -> None:
     """Refuse a naive datetime for ``field`` (it would be read in the server's zone)."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(field, "must be timezone-aware (naive datetimes are ambiguous)")
+
+
+def refuse_repeated_unique_keys(params: Sequence[JobInsertParams]) -> None:
+    """Refuse a returning batch insert holding one key of River's unique index twice.
+
+    River fails such a batch on both databases (PostgreSQL cannot make one ``ON CONFLICT``
+    change a row twice; its SQLite driver checks first): which job would be the duplicate of
+    which is not defined. A key counts when the job's state is one of its unique states (the
+    index holds only those rows).
+    """
+    seen: dict[bytes, int] = {}
+    for i, p in enumerate(params):
+        key = p.unique_key
+        if key is None or not (p.unique_states and p.unique_states & unique_states_mask([p.state])):
+            continue
+        first = seen.setdefault(key, i)
+        if first != i:
+            raise ValidationError(
+                f"params[{i}].unique_key",
+                f"unique key appears more than once in batch (also params[{first}])",
+            )
 
 
 def attempt_error(obj: Mapping[str, Any]) -> AttemptError:

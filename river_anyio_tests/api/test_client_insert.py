@@ -60,6 +60,29 @@ async def test_insert_returns_the_row(database_url: str) -> None:
     assert job.unique_key is None and job.unique_states is None
 
 
+async def test_max_attempts_beyond_smallint_are_clamped_on_postgres(database_url: str) -> None:
+    """As River: PostgreSQL's smallint column gets 32,767 for a wider max_attempts (insert,
+    batch and COPY alike); SQLite stores it as given."""
+    wide = river.InsertOpts(max_attempts=40_000)
+    expected = 40_000 if database_url.startswith("sqlite") else 32_767
+    async with river.open_client(database_url, max_attempts=50_000) as run:
+        client = run.client
+        one = (await client.insert(Email(to="one"), wide)).job
+        many = await client.insert_many(
+            [river.InsertManyParams(Email(to="many"), wide), Email(to="default")]
+        )
+        assert await client.insert_many_fast([river.InsertManyParams(Email(to="fast"), wide)]) == 1
+        rows = {r.args["to"]: r for r in await client.driver.executor().job_list(limit=10)}
+    assert one.max_attempts == many[0].job.max_attempts == expected
+    assert many[1].job.max_attempts == (50_000 if expected == 40_000 else 32_767)
+    assert {to: r.max_attempts for to, r in rows.items()} == {
+        "one": expected,
+        "many": expected,
+        "default": many[1].job.max_attempts,
+        "fast": expected,
+    }
+
+
 async def test_insert_scheduled_pending_and_kind_defaults(database_url: str) -> None:
     at = dt.datetime(2031, 2, 3, 4, 5, 6, 789000, tzinfo=UTC)
     async with river.open_client(database_url) as run:
@@ -118,33 +141,36 @@ async def test_insert_many_in_order_with_duplicates(database_url: str) -> None:
     assert results[2].job.priority == 4 and results[2].job.queue == "reports"
 
 
-async def test_a_batch_repeating_a_unique_key_inserts_it_once(database_url: str) -> None:
-    """Both databases alike: a job whose unique key an earlier job of the same batch holds is
-    that job's duplicate (PostgreSQL's ON CONFLICT and COPY would refuse the batch)."""
+async def test_a_batch_repeating_a_unique_key_is_refused(database_url: str) -> None:
+    """As River: ``insert_many`` refuses a batch holding one unique key twice (River's SQLite
+    driver checks first, PostgreSQL's ON CONFLICT cannot change a row twice), writing nothing.
+    ``insert_many_fast`` is River's COPY on PostgreSQL (the repeat violates the index) and an
+    insert skipping conflicts on SQLite."""
     unique = river.InsertOpts(unique=river.UniqueOpts(by_args=True))
+    repeating = [
+        river.InsertManyParams(Email(to="a"), unique),
+        Email(to="plain"),
+        river.InsertManyParams(Email(to="a"), unique),
+    ]
     async with river.open_client(database_url) as run:
         client = run.client
-        results = await client.insert_many(
-            [
-                river.InsertManyParams(Email(to="a"), unique),
-                Email(to="plain"),
-                river.InsertManyParams(Email(to="a"), unique),
-                river.InsertManyParams(Email(to="b"), unique),
-                river.InsertManyParams(Email(to="b"), unique),
-            ]
-        )
-        assert [r.unique_skipped_as_duplicate for r in results] == [False, False, True, False, True]
-        assert results[2].job.id == results[0].job.id and results[4].job.id == results[3].job.id
-        async with client.transaction() as tx:  # inserted and notified apart
-            again = await client.insert_many_tx(
-                tx, [river.InsertManyParams(Email(to="c"), unique)] * 3
-            )
-        assert [r.unique_skipped_as_duplicate for r in again] == [False, True, True]
-        assert len({r.job.id for r in again}) == 1
+        with pytest.raises(river.ValidationError, match="more than once in batch"):
+            await client.insert_many(repeating)
+        async with client.transaction() as tx:
+            with pytest.raises(river.ValidationError, match="more than once in batch"):
+                await client.insert_many_tx(tx, repeating)
+        ex = client.driver.executor()
+        assert await ex.job_list(kinds=["email"], limit=100) == []
         fast = [river.InsertManyParams(Email(to="d"), unique)] * 2 + [Email(to="plain")]
-        assert await client.insert_many_fast(fast) == 2
-        rows = await client.driver.executor().job_list(kinds=["email"], limit=100)
-    assert sorted(r.args["to"] for r in rows) == ["a", "b", "c", "d", "plain", "plain"]
+        if database_url.startswith("sqlite"):
+            assert await client.insert_many_fast(fast) == 2
+            expected = ["d", "plain"]
+        else:
+            with pytest.raises(river.UniqueViolationError):
+                await client.insert_many_fast(fast)
+            expected = []
+        rows = await ex.job_list(kinds=["email"], limit=100)
+    assert sorted(r.args["to"] for r in rows) == expected
 
 
 async def test_insert_many_fast_counts(database_url: str) -> None:

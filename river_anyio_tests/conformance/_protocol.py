@@ -5,6 +5,7 @@ as Go's decoder with ``DisallowUnknownFields`` refuses them)."""
 from __future__ import annotations
 
 import datetime as dt
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -188,11 +189,32 @@ def _time_text(value: dt.datetime | None) -> str | None:
     return None if value is None else format_rfc3339nano(value.astimezone(dt.UTC))
 
 
+#: What a number beyond float range (decoded as an infinite float) is reported as: still a
+#: number beyond float64's range, as stored, where ``Infinity`` would not be valid JSON.
+_BEYOND_FLOAT = 10**400
+
+
+def _json_numbers(value: Any) -> Any:
+    """``value`` with every non-finite float replaced by a JSON number (NaN, which no JSON
+    document holds, by null)."""
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return value
+        return None if math.isnan(value) else (_BEYOND_FLOAT if value > 0 else -_BEYOND_FLOAT)
+    if isinstance(value, Mapping):
+        return {k: _json_numbers(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_numbers(v) for v in value]
+    return value
+
+
 def job_json(row: river.JobRow) -> dict[str, Any]:
-    """A job row in the contract's form (``protocol.Job``)."""
-    metadata = {k: v for k, v in row.metadata.items() if k != "river:unique_nonce"}
+    """A job row in the contract's form (``protocol.Job``); numbers as valid JSON."""
+    metadata = {
+        k: _json_numbers(v) for k, v in row.metadata.items() if k != "river:unique_nonce"
+    }
     return {
-        "args": dict(row.args),
+        "args": _json_numbers(dict(row.args)),
         "attempt": row.attempt,
         "attempted_at": _time_text(row.attempted_at),
         "attempted_by": list(row.attempted_by),

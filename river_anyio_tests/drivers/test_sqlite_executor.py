@@ -12,7 +12,12 @@ import anyio
 import apsw
 import pytest
 
-from river_anyio._errors import DatabaseError, IntegrityError, UniqueViolationError
+from river_anyio._errors import (
+    DatabaseError,
+    IntegrityError,
+    UniqueViolationError,
+    ValidationError,
+)
 from river_anyio._job import AttemptError, JobState
 from river_anyio._timeutil import format_sqlite_timestamp
 from river_anyio._unique import UNIQUE_STATES_BY_MASK, unique_states_mask
@@ -103,31 +108,41 @@ async def test_insert_returning_roundtrip(sqlite_url: str) -> None:
 
         jb = b.job
         assert jb.state is JobState.SCHEDULED
-        assert jb.scheduled_at == sched and jb.created_at == sched
+        # stored as River does: rounded to the millisecond (halves up)
+        stored = sched.replace(microsecond=679000)
+        assert jb.scheduled_at == stored and jb.created_at == stored
         assert jb.id > ja.id
-        # stored as UTC text River can compare
+        # stored as UTC text River can compare and parse
         raw = await ex.fetch_all("SELECT scheduled_at FROM river_job WHERE id = ?", [jb.id])
-        assert raw[0][0].startswith("2030-01-02 01:04:05.678")
+        assert raw[0][0] == "2030-01-02 01:04:05.679"
         # read back equals what was returned
         assert await ex.job_get_by_id(ja.id) == ja
         assert await ex.job_get_by_id(999_999) is None
 
 
-async def test_unique_duplicates_in_one_batch_and_across(sqlite_url: str) -> None:
+async def test_unique_duplicates_across_batches_and_a_batch_repeating_a_key(
+    sqlite_url: str,
+) -> None:
     async with open_sqlite(sqlite_url) as driver:
         ex = driver.executor()
+        # River refuses a batch holding one unique key twice, before anything is written
+        with pytest.raises(ValidationError, match=r"params\[2\]\.unique_key: .*params\[0\]"):
+            await ex.job_insert_fast_many(
+                [
+                    params(1, unique_key=KEY_A, unique_states=DEFAULT_MASK),
+                    params(2),
+                    params(3, unique_key=KEY_A, unique_states=DEFAULT_MASK, kind="other_kind"),
+                ]
+            )
+        assert await ex.fetch_all("SELECT count(*) FROM river_job") == [(0,)]
         first = await ex.job_insert_fast_many(
             [
                 params(1, unique_key=KEY_A, unique_states=DEFAULT_MASK),
                 params(2),
-                params(3, unique_key=KEY_A, unique_states=DEFAULT_MASK, kind="other_kind"),
                 params(4, unique_key=KEY_B, unique_states=DEFAULT_MASK),
             ]
         )
-        assert [r.unique_skipped_as_duplicate for r in first] == [False, False, True, False]
-        assert first[2].job.id == first[0].job.id
-        assert first[2].job.args == {"n": 1}
-        assert first[2].job.kind == "test_kind"  # the existing row is returned unchanged
+        assert [r.unique_skipped_as_duplicate for r in first] == [False, False, False]
         assert first[0].job.unique_key == KEY_A
         assert first[0].job.unique_states == UNIQUE_STATES_BY_MASK[DEFAULT_MASK]
 
@@ -135,12 +150,14 @@ async def test_unique_duplicates_in_one_batch_and_across(sqlite_url: str) -> Non
             [
                 params(5, unique_key=KEY_B, unique_states=DEFAULT_MASK),
                 params(6),
-                params(7, unique_key=KEY_A, unique_states=DEFAULT_MASK),
+                params(7, unique_key=KEY_A, unique_states=DEFAULT_MASK, kind="other_kind"),
             ]
         )
         assert [r.unique_skipped_as_duplicate for r in second] == [True, False, True]
-        assert second[0].job.id == first[3].job.id
+        assert second[0].job.id == first[2].job.id
         assert second[2].job.id == first[0].job.id
+        assert second[2].job.args == {"n": 1}
+        assert second[2].job.kind == "test_kind"  # the existing row is returned unchanged
         assert second[1].job.args == {"n": 6}  # input order kept
         count = await ex.fetch_all("SELECT count(*) FROM river_job")
         assert count == [(4,)]

@@ -22,7 +22,9 @@ from river_anyio._job import JobRow, JobState
 from river_anyio._timeutil import format_sqlite_timestamp, parse_sqlite_timestamp
 from river_anyio.drivers._protocol import JobCompletion
 from river_anyio.drivers.sqlite import SQLiteDriver, open_sqlite
+from river_anyio.drivers.sqlite import _executor as sqlite_executor
 from river_anyio.drivers.sqlite._connection import path_from_url
+from river_anyio.drivers.sqlite._dbapi import _timestamp_text
 from river_anyio.drivers.sqlite._executor import _parse_timestamp, _sqlite_ts
 
 from .support import params as _params
@@ -33,8 +35,8 @@ UTC = dt.UTC
 params = functools.partial(_params, kind="runtime")
 S = JobState
 CLIENT = "client-a"
-#: ``YYYY-MM-DD HH:MM:SS.ffffff``, what we write.
-OUR_FORMAT = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{6}$"
+#: ``YYYY-MM-DD HH:MM:SS.fff``, what River and we write.
+OUR_FORMAT = r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}\.\d{3}$"
 
 
 def now() -> dt.datetime:
@@ -82,6 +84,9 @@ def test_fast_timestamp_helpers_match_the_reference() -> None:
         now().astimezone(plus2),
         dt.datetime(2024, 2, 29, 23, 59, 59, 999999, tzinfo=minus7),
         dt.datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
+        dt.datetime(9999, 12, 31, 23, 59, 59, 999499, tzinfo=UTC),
+        dt.datetime(2024, 12, 31, 23, 59, 59, 999500, tzinfo=plus2),  # rounds into next year
+        dt.datetime(2024, 1, 1, 0, 0, 0, 1499, tzinfo=minus7),
     ):
         assert _sqlite_ts(value) == format_sqlite_timestamp(value)
     with pytest.raises(ValueError, match="naive"):
@@ -90,7 +95,7 @@ def test_fast_timestamp_helpers_match_the_reference() -> None:
         "2024-01-02 03:04:05",  # CURRENT_TIMESTAMP
         "2024-01-02 03:04:05.123",  # datetime('now', 'subsec')
         "2024-01-02 03:04:05.5",  # River's trimmed timeString
-        "2024-01-02 03:04:05.123456",  # ours
+        "2024-01-02 03:04:05.123456",  # earlier river_anyio versions
         "2024-01-02 03:04:05.1234567",
         "2024-01-02T03:04:05.123456789Z",
         "2024-01-02T05:04:05+02:00",
@@ -98,6 +103,19 @@ def test_fast_timestamp_helpers_match_the_reference() -> None:
         "2024-01-02 05:04:05.1 +0200 CEST m=+1.5",
     ):
         assert _parse_timestamp(text) == parse_sqlite_timestamp(text), text
+
+
+def test_converted_timestamps_are_given_back_as_the_text_read() -> None:
+    """A ``sqlite3`` connection converting ``timestamp`` columns hands River's text back as
+    that text: milliseconds, or every digit a longer stored fraction had."""
+    assert _timestamp_text(dt.datetime(2026, 1, 2, 3, 4, 5, 123000)) == "2026-01-02 03:04:05.123"
+    assert _timestamp_text(dt.datetime(2026, 1, 2, 3, 4, 5)) == "2026-01-02 03:04:05.000"
+    assert _timestamp_text(dt.datetime(2026, 1, 2, 3, 4, 5, 123456)) == "2026-01-02 03:04:05.123456"
+    plus2 = dt.timezone(dt.timedelta(hours=2))
+    assert (
+        _timestamp_text(dt.datetime(2026, 1, 2, 5, 4, 5, 7000, tzinfo=plus2))
+        == "2026-01-02 03:04:05.007"
+    )
 
 
 async def test_claim_and_completion_write_our_text_format(sqlite_url: str) -> None:
@@ -123,15 +141,58 @@ async def test_claim_and_completion_write_our_text_format(sqlite_url: str) -> No
         )
         assert [r.applied for r in results] == [True, True]
         rows = await raw(driver, "SELECT finalized_at, scheduled_at FROM river_job ORDER BY id")
-        assert rows[0][0] == "2031-05-06 06:08:07.123456"  # UTC
-        assert rows[1] == (None, "2032-01-01 05:00:00.000000")
-        assert results[0].job.finalized_at == finalized
+        assert rows[0][0] == "2031-05-06 06:08:07.123"  # UTC, milliseconds
+        assert rows[1] == (None, "2032-01-01 05:00:00.000")
+        assert results[0].job.finalized_at == finalized.replace(microsecond=123000)
         assert results[1].job.scheduled_at == retry_at
 
 
+async def test_claims_within_one_millisecond_get_distinct_times(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Claims share no ``attempted_at`` although SQLite keeps milliseconds: the rows of a claim
+    whose reply was lost are told from those of the claim before it, however close."""
+    frozen = dt.datetime(2030, 1, 1, 0, 0, 0, 400, tzinfo=UTC)  # stored as .000
+    monkeypatch.setattr(sqlite_executor, "utc_now", lambda: frozen)
+    monkeypatch.setattr(sqlite_executor, "_claim_clock", sqlite_executor._ClaimClock())
+    async with open_sqlite(sqlite_url) as driver:
+        ex = driver.executor()
+        await ex.job_insert_fast_many([params(i) for i in range(4)])
+        seen = await ex.job_get_available(queue="default", max_to_lock=1, client_id=CLIENT)
+        lost = await ex.job_get_available(queue="default", max_to_lock=2, client_id=CLIENT)
+        last = await ex.job_get_available(queue="default", max_to_lock=1, client_id=CLIENT)
+        times = [j.attempted_at for j in (*seen, *lost, *last)]
+        ms = dt.timedelta(milliseconds=1)
+        start = frozen.replace(microsecond=0)
+        assert times == [start, start + ms, start + ms, start + 2 * ms]  # one time per claim
+        given = await ex.job_give_back_lost_claims(
+            queue="default",
+            client_id=CLIENT,
+            claimed_after=seen[0].attempted_at,
+            within=60.0,
+            running=(last[0].id,),
+        )
+        assert [j.id for j in given] == [j.id for j in lost]
+
+
+def test_the_claim_clock_steps_a_millisecond_and_follows_a_clock_set_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    at = [dt.datetime(2030, 1, 1, 0, 0, 0, 999600, tzinfo=UTC)]  # rounds to 00:00:01.000
+    monkeypatch.setattr(sqlite_executor, "utc_now", lambda: at[0])
+    clock = sqlite_executor._ClaimClock()
+    second = dt.datetime(2030, 1, 1, 0, 0, 1, tzinfo=UTC)
+    ms = dt.timedelta(milliseconds=1)
+    assert [clock() for _ in range(3)] == [second, second + ms, second + 2 * ms]
+    at[0] = second + dt.timedelta(seconds=5)  # the clock moves on: followed
+    assert clock() == at[0]
+    at[0] = second  # set back further than a second: followed, not stepped from the last
+    assert clock() == second
+
+
 async def test_claim_orders_and_compares_rivers_text_formats(sqlite_url: str) -> None:
-    """Rows River Go wrote (three-digit, trimmed and whole-second fractions) sort and compare
-    correctly against our six-digit text, both in the claim order and in the due test."""
+    """Rows in other text forms (whole seconds, trimmed or six-digit fractions) sort and compare
+    correctly against the millisecond text, both in the claim order and in the due test."""
     async with open_sqlite(sqlite_url) as driver:
         ex = driver.executor()
         jobs = [r.job for r in await ex.job_insert_fast_many([params(i) for i in range(6)])]
@@ -139,7 +200,7 @@ async def test_claim_orders_and_compares_rivers_text_formats(sqlite_url: str) ->
             "2020-01-01 00:00:00.5",  # River's timeString, trailing zeros trimmed
             "2020-01-01 00:00:00.123",  # datetime('now', 'subsec')
             "2020-01-01 00:00:00",  # CURRENT_TIMESTAMP
-            "2020-01-01 00:00:00.300000",  # ours
+            "2020-01-01 00:00:00.300000",  # earlier river_anyio versions
             "2020-01-01 00:00:00.45",
             None,  # the future, in River's millisecond form
         ]
@@ -166,11 +227,11 @@ async def test_completed_rows_compare_against_river_horizons(sqlite_url: str) ->
     async with open_sqlite(sqlite_url) as driver:
         ex = driver.executor()
         (job,) = await running(driver, 1)
-        at = dt.datetime(2030, 6, 1, 12, 0, 0, 250500, tzinfo=UTC)
+        at = dt.datetime(2030, 6, 1, 12, 0, 0, 250500, tzinfo=UTC)  # stored as .251
         await ex.job_set_state_if_running_many([done(job, finalized_at=at)], client_id=CLIENT)
         count = "SELECT count(*) FROM river_job WHERE finalized_at < ?"
-        assert await ex.fetch_all(count, ["2030-06-01 12:00:00.251"]) == [(1,)]
-        assert await ex.fetch_all(count, ["2030-06-01 12:00:00.25"]) == [(0,)]
+        assert await ex.fetch_all(count, ["2030-06-01 12:00:00.252"]) == [(1,)]
+        assert await ex.fetch_all(count, ["2030-06-01 12:00:00.251"]) == [(0,)]
         assert await ex.fetch_all(count, ["2030-06-01 12:00:00"]) == [(0,)]
         assert await ex.fetch_all(count, ["2030-06-01 12:00:01"]) == [(1,)]
 

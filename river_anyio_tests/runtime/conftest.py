@@ -13,6 +13,7 @@ import anyio
 import pytest
 
 import river_anyio as river
+from river_anyio._timeutil import format_sqlite_timestamp, parse_sqlite_timestamp
 
 UTC = dt.UTC
 #: How long any single wait in a runtime test may take before it fails.
@@ -33,6 +34,14 @@ def future_instant() -> dt.datetime:
     """An instant a day ahead: retries and snoozes computed from it are never due during a
     test, so a failed job is not claimed again behind the test's back."""
     return (dt.datetime.now(UTC) + dt.timedelta(days=1)).replace(microsecond=123456)
+
+
+def stored(database_url: str, value: dt.datetime) -> dt.datetime:
+    """``value`` as a row column keeps it: PostgreSQL keeps microseconds, River's SQLite text
+    milliseconds (rounded, halves up, as River Go writes them). JSON times keep microseconds."""
+    if database_url.startswith("sqlite"):
+        return parse_sqlite_timestamp(format_sqlite_timestamp(value))
+    return value
 
 
 @pytest.fixture

@@ -142,10 +142,10 @@ CLIENT_CASES: list[tuple[dict[str, Any], str, str]] = [
     ({"queues": _q(), "workers": river.Workers()}, "workers", "no workers are registered"),
     ({"queues": _q(), "workers": {"blocker": async_work}}, "workers", "not dict"),
     # max_attempts
-    ({"max_attempts": 0}, "max_attempts", "must be an int between 1 and 32767"),
-    ({"max_attempts": 32768}, "max_attempts", "must be an int between 1 and 32767"),
-    ({"max_attempts": True}, "max_attempts", "must be an int between 1 and 32767"),
-    ({"max_attempts": 2.0}, "max_attempts", "must be an int between 1 and 32767"),
+    ({"max_attempts": 0}, "max_attempts", "must be an int between 1 and 2**63 - 1"),
+    ({"max_attempts": 2**63}, "max_attempts", "must be an int between 1 and 2**63 - 1"),
+    ({"max_attempts": True}, "max_attempts", "must be an int between 1 and 2**63 - 1"),
+    ({"max_attempts": 2.0}, "max_attempts", "must be an int between 1 and 2**63 - 1"),
     # bools
     ({"poll_only": "yes"}, "poll_only", "must be a bool"),
     ({"poll_only": 1}, "poll_only", "must be a bool"),

@@ -3,7 +3,8 @@ error handler, hooks and middleware, metadata, thread and process workers, slow 
 
 Every test runs on asyncio and trio, on PostgreSQL and SQLite, and asserts on rows read back
 from the database. The wall clock is fixed a day ahead, so finalized_at, errors[].at and retry
-times are exact, and a retry is never claimed again while a test runs.
+times are exact (row columns as the database stores them: ``stored``), and a retry is never
+claimed again while a test runs.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from .conftest import (
     next_event,
     raw_errors,
     running,
+    stored,
     user_metadata,
 )
 from .lifecycle_support import wait_until
@@ -137,7 +139,7 @@ async def test_success_completes_with_clock_time_and_event(
 
     assert seen == [(Task(n=7), 1, S.RUNNING, True)]
     assert row.state is S.COMPLETED
-    assert row.finalized_at == clock.at
+    assert row.finalized_at == stored(database_url, clock.at)
     assert row.attempt == 1
     assert row.attempted_by == ("exec-client",)
     assert row.errors == ()
@@ -263,7 +265,7 @@ async def test_out_of_attempts_discards_and_long_errors_are_truncated(
             row = await get_row(run, res.job.id)
 
     assert row.state is S.DISCARDED
-    assert row.finalized_at == clock.at
+    assert row.finalized_at == stored(database_url, clock.at)
     [err] = row.errors
     assert err.attempt == 1
     assert len(err.error) == 32_768
@@ -308,8 +310,14 @@ async def test_worker_next_retry_and_retry_policy(database_url: str, clock: Fixe
                 await next_event(events)
             task, other, third, fourth = [await get_row(run, i) for i in ids]
 
-    assert (task.state, task.scheduled_at) == (S.RETRYABLE, clock.at + sec(30))
-    assert (other.state, other.scheduled_at) == (S.AVAILABLE, clock.at + sec(5))
+    assert (task.state, task.scheduled_at) == (
+        S.RETRYABLE,
+        stored(database_url, clock.at + sec(30)),
+    )
+    assert (other.state, other.scheduled_at) == (
+        S.AVAILABLE,
+        stored(database_url, clock.at + sec(5)),
+    )
     assert third.state is S.AVAILABLE
     assert_default_retry(third, clock.at, errors=0)
     assert fourth.state is S.AVAILABLE
@@ -352,10 +360,10 @@ async def test_the_near_future_horizon_follows_the_scheduler_interval(
                     await next_event(events)
                 rows = [await get_row(run, i) for i in ids]
     assert [(r.state, r.scheduled_at) for r in rows] == [
-        (S.AVAILABLE, clock.at + sec(30)),
-        (S.SCHEDULED, clock.at + sec(31)),
-        (S.AVAILABLE, clock.at + sec(30)),
-        (S.RETRYABLE, clock.at + sec(31)),
+        (S.AVAILABLE, stored(database_url, clock.at + sec(30))),
+        (S.SCHEDULED, stored(database_url, clock.at + sec(31))),
+        (S.AVAILABLE, stored(database_url, clock.at + sec(30))),
+        (S.RETRYABLE, stored(database_url, clock.at + sec(31))),
     ]
 
 
@@ -378,8 +386,14 @@ async def test_snooze_gives_the_attempt_back(database_url: str, clock: FixedCloc
             far_row = await get_row(run, far.job.id)
 
     assert evs == {near.job.id, far.job.id}
-    assert (near_row.state, near_row.scheduled_at) == (S.AVAILABLE, clock.at + sec(5))
-    assert (far_row.state, far_row.scheduled_at) == (S.SCHEDULED, clock.at + sec(6))
+    assert (near_row.state, near_row.scheduled_at) == (
+        S.AVAILABLE,
+        stored(database_url, clock.at + sec(5)),
+    )
+    assert (far_row.state, far_row.scheduled_at) == (
+        S.SCHEDULED,
+        stored(database_url, clock.at + sec(6)),
+    )
     for row in (near_row, far_row):
         assert row.attempt == 0
         assert row.errors == ()
@@ -412,13 +426,13 @@ async def test_discard_and_cancel_outcomes(database_url: str, clock: FixedClock)
             c_row = await get_row(run, c.job.id)
             odd_row = await get_row(run, odd.job.id)
 
-    assert d_row.state is S.DISCARDED and d_row.finalized_at == clock.at
+    assert d_row.state is S.DISCARDED and d_row.finalized_at == stored(database_url, clock.at)
     [d_err] = d_row.errors
     assert (d_err.at, d_err.attempt, d_err.trace) == (clock.at, 1, "")
     assert d_err.error == "JobDiscardError: nope"
     assert d_ev.kind is K.JOB_FAILED and d_ev.job == d_row
 
-    assert c_row.state is S.CANCELLED and c_row.finalized_at == clock.at
+    assert c_row.state is S.CANCELLED and c_row.finalized_at == stored(database_url, clock.at)
     [c_err] = c_row.errors
     assert (c_err.at, c_err.attempt, c_err.error, c_err.trace) == (
         clock.at,
@@ -624,7 +638,7 @@ async def test_remote_cancel(database_url: str, clock: FixedClock) -> None:
     assert elapsed < 5.0
     assert task_ev.kind is K.JOB_CANCELLED and task_ev.job == task_row
     assert task_row.state is S.CANCELLED
-    assert task_row.finalized_at == clock.at
+    assert task_row.finalized_at == stored(database_url, clock.at)
     [err] = task_row.errors
     assert (err.at, err.attempt, err.error) == (
         clock.at,
@@ -1016,7 +1030,7 @@ async def test_error_handler_cancels_or_is_ignored_when_it_raises(
         [(k, 1, "ValueError: boom") for k in (Task.kind, Other.kind, Third.kind)]
     )
     assert kinds[task.id] is K.JOB_CANCELLED
-    assert task.state is S.CANCELLED and task.finalized_at == clock.at
+    assert task.state is S.CANCELLED and task.finalized_at == stored(database_url, clock.at)
     assert [e.error for e in task.errors] == ["boom"]  # the error that cancelled it
     for row in (other, third):
         assert kinds[row.id] is K.JOB_FAILED
@@ -1210,7 +1224,7 @@ async def test_thread_worker_told_to_stop_is_interrupted(
     row = finished[0].job
     assert row is not None and row.id == res.job.id
     assert (row.state, row.attempt, row.errors, row.finalized_at) == (S.AVAILABLE, 0, (), None)
-    assert row.scheduled_at == clock.at
+    assert row.scheduled_at == stored(database_url, clock.at)
 
 
 async def test_process_workers(
@@ -1249,11 +1263,11 @@ async def test_process_workers(
     assert seen["args"] == {"path": str(out), "n": 1, "tags": ["a", "b"]}
     assert seen["row_args"] == json.loads(ok.encoded_args)  # the persisted JSON
     assert (seen["id"], seen["attempt"], seen["kind"]) == (ok.id, 1, "exec_proc_record")
-    assert ok.state is S.COMPLETED and ok.finalized_at == clock.at
+    assert ok.state is S.COMPLETED and ok.finalized_at == stored(database_url, clock.at)
     assert (snoozed.state, snoozed.attempt, snoozed.scheduled_at) == (
         S.SCHEDULED,
         0,
-        clock.at + sec(30),
+        stored(database_url, clock.at + sec(30)),
     )
     assert fail.state is S.AVAILABLE
     [err] = fail.errors

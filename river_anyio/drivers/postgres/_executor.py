@@ -17,7 +17,7 @@ from ..._errors import DatabaseError, MigrationError, ValidationError
 from ..._job import JobRow, JobState
 from ..._queue_limits import RateLimit, RateWindow, limits_table_missing
 from ..._timeutil import format_rfc3339nano
-from ..._unique import UNIQUE_STATES_BY_MASK, unique_states_mask
+from ..._unique import UNIQUE_STATES_BY_MASK
 from .._protocol import (
     Completion,
     CompletionResult,
@@ -38,6 +38,7 @@ from .._shared import (
     job_list_statement,
     list_where,
     make_job,
+    refuse_repeated_unique_keys,
     require_aware,
     where_text,
 )
@@ -60,6 +61,9 @@ _UTC = dt.UTC
 _SEP = "\x1e"  # between elements of a batch column (chr(30) in SQL)
 _TAG_SEP = "\x1f"  # between the tags of one job (chr(31) in SQL)
 _COPY_CHUNK = 1 << 20
+#: The most River's ``smallint`` columns hold. Wider attempt counts (River Go's are ``int``s,
+#: and SQLite stores them as given) are clamped to it on insert, as River's driver does.
+_SMALLINT_MAX = 32767
 #: Rows of a COPY built between two checkpoints (about 2 ms of the loop's time).
 _COPY_ROWS = 1000
 _json_decode = json.JSONDecoder().decode
@@ -138,42 +142,6 @@ def _time_text(value: dt.datetime | None, field: str) -> str:
     return value.isoformat()
 
 
-def _one_per_unique_key(
-    params: Sequence[JobInsertParams],
-) -> tuple[Sequence[JobInsertParams], list[int] | None]:
-    """The rows to send when a batch holds one unique key more than once, and for each job
-    the position among them of the row it was sent as, or of the earlier job whose key it
-    repeats (``None``: every job is sent as it is).
-
-    A PostgreSQL insert cannot take two rows holding one key of River's unique index:
-    ``ON CONFLICT`` may not change a row twice in one statement, and ``COPY`` violates the
-    index. A job whose key an earlier job of the batch holds is left out and reported as a
-    duplicate of that job, as SQLite's row-by-row insert reports it.
-    """
-    keys = [p.unique_key for p in params if p.unique_key is not None and _indexed(p)]
-    if len(keys) == len(set(keys)):  # the usual case: nothing repeated (or nothing unique)
-        return params, None
-    seen: dict[bytes, int] = {}
-    where: list[int] = []
-    sent: list[JobInsertParams] = []
-    for p in params:
-        key = p.unique_key
-        if key is not None and _indexed(p):
-            first = seen.get(key)
-            if first is not None:
-                where.append(first)
-                continue
-            seen[key] = len(sent)
-        where.append(len(sent))
-        sent.append(p)
-    return sent, where
-
-
-def _indexed(p: JobInsertParams) -> bool:
-    """Whether River's unique index holds the row: its state is one of its unique states."""
-    return bool(p.unique_states and p.unique_states & unique_states_mask([p.state]))
-
-
 def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
     """One text parameter per inserted column (see ``Queries.job_insert_fast_many``), checked so no value
     can shift the columns out of line."""
@@ -199,9 +167,9 @@ def _batch_columns(params: Sequence[JobInsertParams]) -> list[str]:
         args,
         _SEP + _SEP.join(created),
         kinds,
-        _SEP + _SEP.join([str(p.max_attempts) for p in params]),
+        _SEP + _SEP.join([str(min(p.max_attempts, _SMALLINT_MAX)) for p in params]),
         metadata,
-        _SEP + _SEP.join([str(p.priority) for p in params]),
+        _SEP + _SEP.join([str(min(p.priority, _SMALLINT_MAX)) for p in params]),
         queues,
         _SEP + _SEP.join(scheduled),
         _SEP + _SEP.join([p.state.value for p in params]),
@@ -238,9 +206,9 @@ def _row_columns(p: JobInsertParams) -> list[str]:
         args,
         _time_text(p.created_at, "created_at"),
         p.kind,
-        str(p.max_attempts),
+        str(min(p.max_attempts, _SMALLINT_MAX)),
         metadata,
-        str(p.priority),
+        str(min(p.priority, _SMALLINT_MAX)),
         p.queue,
         _time_text(p.scheduled_at, "scheduled_at"),
         p.state.value,
@@ -343,7 +311,8 @@ def _copy_buffer(params: Sequence[JobInsertParams], columns: Sequence[str], now:
         key = "\\\\x" + p.unique_key.hex() if p.unique_key else "\\N"
         states = format(p.unique_states, "08b") if p.unique_states else "\\N"
         lines.append(
-            f"{args}\t{created}{text(p.kind)}\t{p.max_attempts}\t{metadata}\t{p.priority}\t"
+            f"{args}\t{created}{text(p.kind)}\t{min(p.max_attempts, _SMALLINT_MAX)}\t"
+            f"{metadata}\t{min(p.priority, _SMALLINT_MAX)}\t"
             f"{text(p.queue)}\t{scheduled}{p.state.value}\t{tags}\t{key}\t{states}"
         )
     lines.append("")
@@ -485,29 +454,18 @@ class PostgresExecutor(SharedOperations):
             if len(rows) != 1:
                 raise DatabaseError(f"insert returned {len(rows)} rows for 1 job")
             return [InsertedJob(job=row_to_job(rows[0]), unique_skipped_as_duplicate=False)]
-        sent, where = _one_per_unique_key(params)
-        rows = await self._rows(query, [*leading, *_batch_columns(sent)], binary=True)
-        if len(rows) != len(sent):
-            raise DatabaseError(f"insert returned {len(rows)} rows for {len(sent)} jobs")
-        inserted = [
+        refuse_repeated_unique_keys(params)
+        rows = await self._rows(query, [*leading, *_batch_columns(params)], binary=True)
+        if len(rows) != len(params):
+            raise DatabaseError(f"insert returned {len(rows)} rows for {len(params)} jobs")
+        return [
             InsertedJob(job=row_to_job(row), unique_skipped_as_duplicate=row[18]) for row in rows
         ]
-        if where is None:
-            return inserted
-        out: list[InsertedJob] = []
-        taken: set[int] = set()
-        for w in where:  # the first job sent as a row gets its result; later ones repeat it
-            if w in taken:
-                out.append(InsertedJob(job=inserted[w].job, unique_skipped_as_duplicate=True))
-            else:
-                taken.add(w)
-                out.append(inserted[w])
-        return out
 
     async def job_insert_fast_many_no_returning(self, params: Sequence[JobInsertParams]) -> int:
         if not params:
             return 0
-        params = _one_per_unique_key(params)[0]
+        # A unique key repeated in the batch, or already held, fails the COPY, as River's does.
         # Leave a timestamp column out when no job sets it: the column default (the
         # database's now()) applies. Otherwise missing values take this process's clock.
         columns = [

@@ -201,9 +201,11 @@ class _TextTimestamps:
 
 
 def _timestamp_text(value: dt.datetime) -> str:
+    """A converter's datetime as the text it was read from: River's millisecond layout, or
+    microseconds when the stored text had more digits (nothing is lost)."""
     if value.tzinfo is not None:
         value = value.astimezone(dt.UTC).replace(tzinfo=None)
-    return value.isoformat(" ", "microseconds")
+    return value.isoformat(" ", "microseconds" if value.microsecond % 1000 else "milliseconds")
 
 
 def sqlite3_module(conn: object) -> Any:

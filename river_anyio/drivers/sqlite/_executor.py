@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import secrets
+import threading
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 
@@ -46,6 +47,7 @@ from .._shared import (
     job_list_statement,
     list_where,
     make_job,
+    refuse_repeated_unique_keys,
     where_text,
 )
 from ._connection import write_unit
@@ -266,13 +268,48 @@ def _op_insert_no_returning(
 # the runtime's hot path
 
 
+class _ClaimClock:
+    """Claim times (``attempted_at``) strictly increasing in this process.
+
+    River's SQLite text holds milliseconds, so two claims within one would share a time, and
+    the recovery of a claim whose reply was lost (the client's rows attempted *after* the last
+    claim whose rows arrived) could not tell them apart. A claim within the millisecond of the
+    previous one (or up to a second before it: a claim rate beyond one per millisecond) takes
+    the next millisecond; a clock set further back is followed.
+    """
+
+    __slots__ = ("_last", "_lock")
+
+    _STEP: Final = dt.timedelta(milliseconds=1)
+    _FOLLOW_BACK: Final = dt.timedelta(seconds=1)
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._last: dt.datetime | None = None
+
+    def __call__(self) -> dt.datetime:
+        """This moment, to the millisecond as stored, after every time returned before."""
+        at = utc_now() + _HALF_MS  # rounded to the millisecond as stored (halves up)
+        at = at.replace(microsecond=at.microsecond - at.microsecond % 1000)
+        with self._lock:
+            last = self._last
+            if last is not None and last - self._FOLLOW_BACK < at <= last:
+                at = last + self._STEP
+            self._last = at
+        return at
+
+
+_claim_clock: Final = _ClaimClock()
+
+
 def _op_claim(
     conn: apsw.Connection, sql: tuple[str, str], args: tuple[Any, ...], now: str | None = None
 ) -> list[JobRow]:
-    """``args``: queue, max_to_lock, max_attempted_by, kinds (JSON or None), client id."""
+    """``args``: queue, max_to_lock, max_attempted_by, kinds (JSON or None), client id.
+    ``now``: the claim's time (default: the claim clock's next)."""
     candidates, update = sql
     queue, max_to_lock, max_attempted_by, kinds, client_id = args
-    at = _now() if now is None else now
+    at = format_sqlite_timestamp(_claim_clock()) if now is None else now
     read = (queue, max_to_lock, at) if kinds is None else (queue, max_to_lock, at, None, kinds)
     ids = [str(row[0]) for row in conn.execute(candidates, read)]
     if not ids:
@@ -303,7 +340,7 @@ def _op_claim_limited(
         if "no such table" in str(exc):
             raise MigrationError(limits_table_missing(queue)) from None
         raise
-    at = utc_now()
+    at = _claim_clock()
     now_text, now = format_sqlite_timestamp(at), micros(at)
     window = RateWindow.decode(starts) if rate_limit is not None else None
     allowed = wanted
@@ -322,14 +359,19 @@ def _op_claim_limited(
     return LimitedClaim(jobs=jobs, allowed=allowed, reopens_in=reopens_in)
 
 
+_HALF_MS: Final = dt.timedelta(microseconds=500)
+_TS_MAX: Final = dt.datetime.max.replace(tzinfo=dt.UTC) - _HALF_MS
+
+
 def _sqlite_ts(value: dt.datetime) -> str:
-    """:func:`format_sqlite_timestamp`, several times faster (the completion batch's hot spot)."""
+    """:func:`format_sqlite_timestamp` (milliseconds, rounded halves up), several times faster
+    (the completion batch's hot spot)."""
     offset = value.utcoffset()
-    if offset is None:
+    if offset is None or value >= _TS_MAX:
         return format_sqlite_timestamp(value)  # raises: naive datetimes are refused
     if offset:
         value = value.astimezone(dt.UTC)
-    return value.isoformat(" ", "microseconds")[:26]  # without the "+00:00"
+    return (value + _HALF_MS).isoformat(" ", "milliseconds")[:23]  # without the "+00:00"
 
 
 def _json_text(value: bytes | None) -> str:
@@ -562,9 +604,10 @@ class SQLiteExecutor(SharedOperations):
     async def job_insert_fast_many(self, params: Sequence[JobInsertParams]) -> list[InsertedJob]:
         """Insert a batch in one statement; unique conflicts return the existing row, flagged.
 
-        Results are in input order. A job whose unique key repeats an earlier job's in the same
-        batch comes back as a duplicate of that job.
+        Results are in input order. A batch holding one unique key twice is refused, as River
+        refuses it.
         """
+        refuse_repeated_unique_keys(params)
         q = self._q
         batch = list(params)
         return await self._write(lambda c: _op_insert_fast_many(c, q, batch))
@@ -953,6 +996,7 @@ class SQLiteExecutor(SharedOperations):
         self, params: Sequence[JobInsertParams], *, topic: str, payloads: Sequence[str]
     ) -> list[InsertedJob]:
         """Insert a batch and append its notifications to the outbox, in one transaction."""
+        refuse_repeated_unique_keys(params)
         q = self._q
         batch = list(params)
         encoded = json.dumps(list(payloads)) if payloads else None

@@ -112,12 +112,13 @@ METADATA_MERGE: Final = """(
 
 
 def sortable_time(column: str) -> str:
-    """``column`` (timestamp text) padded to ``YYYY-MM-DD HH:MM:SS.ffffff``, so texts written
-    with fewer fractional digits (SQLite's own ``subsec`` milliseconds) compare and sort as
-    the instants they are against the microsecond texts this driver writes."""
+    """``column`` (timestamp text) in River's ``YYYY-MM-DD HH:MM:SS.fff`` layout, so texts
+    written without a fraction (``CURRENT_TIMESTAMP``) compare and sort as the instants they
+    are against the millisecond texts River and this driver write. Longer fractions are cut
+    to milliseconds."""
     return (
-        f"CASE WHEN length({column}) = 19 THEN {column} || '.000000' "
-        f"ELSE substr({column} || '000000', 1, 26) END"
+        f"CASE WHEN length({column}) = 19 THEN {column} || '.000' "
+        f"ELSE substr({column} || '000', 1, 23) END"
     )
 
 
