@@ -9,6 +9,7 @@ import datetime as dt
 import json
 from typing import ClassVar
 
+import anyio
 import attrs
 import pytest
 
@@ -393,3 +394,42 @@ async def test_tx_variants_on_a_stock_psycopg_connection(pg_url: str, anyio_back
                 await client.jobs.delete_tx(conn, job.id)
         with pytest.raises(river.NotFoundError):
             await client.jobs.get(job.id)
+
+
+# --- a cancel or retry that waits for another transaction's --------------------------------
+
+
+@pytest.mark.parametrize("action", ["cancel", "retry"])
+async def test_a_cancel_or_retry_that_lost_a_race_returns_the_committed_row(
+    pg_url: str, action: str
+) -> None:
+    """PostgreSQL only (SQLite has one writer): a cancel (or a retry) that waited on the row
+    lock of another transaction's returns the row as that transaction committed it, as River
+    does, not the row as it was when the statement began (its snapshot)."""
+    async with river.open_client(pg_url) as run:
+        client = run.client
+        later = dt.datetime.now(UTC) + dt.timedelta(hours=1)
+        (job,) = await insert(client, Task(1), scheduled_at=later)
+        if action == "retry":
+            await client.jobs.cancel(job.id)
+        lost: list[river.JobRow] = []
+
+        async def loser() -> None:
+            call = client.jobs.cancel if action == "cancel" else client.jobs.retry
+            lost.append(await call(job.id))
+
+        async with anyio.create_task_group() as tg:
+            async with client.driver.transaction() as tx:
+                won = await (client.jobs.cancel_tx if action == "cancel" else client.jobs.retry_tx)(
+                    tx, job.id
+                )
+                tg.start_soon(loser)
+                with anyio.fail_after(10):
+                    while not await client.driver.executor().fetch_all(
+                        "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+                        " AND datname = current_database()"
+                    ):
+                        await anyio.sleep(0.01)
+                assert not lost  # it waits for this transaction
+        assert lost[0].state is won.state
+        assert lost[0] == await client.jobs.get(job.id)

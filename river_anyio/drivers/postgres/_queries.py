@@ -70,6 +70,8 @@ _NOW = "coalesce(%(now)s::timestamptz, now())"
 #: The job columns read through the alias ``j``.
 _JCOLS = ", ".join("j." + c for c in JOB_COLUMNS)
 _COLS = ", ".join(JOB_COLUMNS)
+_LCOLS = ", ".join("l." + c for c in JOB_COLUMNS)
+_TCOLS = ", ".join("t." + c for c in JOB_COLUMNS)
 #: A claim's filter that leaves GIN pending-list merges to other statements (see ``_claim``).
 _NO_GIN_MERGE = "(SELECT set_config('gin_pending_list_limit', '2GB', true)) IS NOT NULL"
 _QCOLS = ", ".join(QUEUE_COLUMNS)
@@ -449,14 +451,16 @@ ORDER BY {(1 if lean else len(JOB_COLUMNS)) + 2}"""
         """River's JobCancel. Parameters: id, notify flag, cancel_attempted_at (RFC 3339 text).
 
         A running row keeps running (its worker is told through the control notification); any
-        other non-final row is cancelled. A final row is read back unchanged.
+        other non-final row is cancelled. A final row is read back unchanged: as the lock
+        returned it, since a plain read would see the statement's snapshot, taken before a
+        lock wait, and miss the change that finalized the row (a cancel that lost a race).
         """
         p = self.prefix
         return f"""
 WITH locked AS (
-    SELECT id, queue, state, state IN {_FINAL_STATES} OR finalized_at IS NOT NULL AS final
-    FROM {p}river_job
-    WHERE id = %s
+    SELECT {_JCOLS}, j.state IN {_FINAL_STATES} OR j.finalized_at IS NOT NULL AS final
+    FROM {p}river_job AS j
+    WHERE j.id = %s
     FOR UPDATE
 ), notified AS (
     SELECT pg_notify(
@@ -476,9 +480,8 @@ WITH locked AS (
 )
 SELECT *, (SELECT count(*) FROM notified) FROM updated
 UNION ALL
-SELECT {_JCOLS}, 0
-FROM {p}river_job AS j
-JOIN locked AS l ON l.id = j.id
+SELECT {_LCOLS}, 0
+FROM locked AS l
 WHERE l.final"""
 
     # --- queues -----------------------------------------------------------------------------
@@ -561,11 +564,12 @@ FROM matched AS m"""
     @cached_property
     def job_retry(self) -> str:
         """Parameter: the id. The row is locked first; a running job, or an available one
-        already due, is read back unchanged (the CTE's snapshot predates the update)."""
+        already due, is read back unchanged, as the lock returned it (a plain read would see
+        the statement's snapshot, from before a lock wait, and miss a retry that won a race)."""
         p = self.prefix
         return f"""
 WITH target AS (
-    SELECT id FROM {p}river_job WHERE id = %s FOR UPDATE
+    SELECT {_JCOLS} FROM {p}river_job AS j WHERE j.id = %s FOR UPDATE
 ), retried AS (
     UPDATE {p}river_job AS j
     SET state = 'available',
@@ -583,9 +587,8 @@ WITH target AS (
 )
 SELECT * FROM retried
 UNION ALL
-SELECT {_JCOLS}
-FROM {p}river_job AS j
-JOIN target AS t ON t.id = j.id
+SELECT {_TCOLS}
+FROM target AS t
 WHERE NOT EXISTS (SELECT 1 FROM retried)"""
 
     @cached_property
