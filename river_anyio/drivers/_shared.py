@@ -9,22 +9,20 @@ values are bound and how rows are read.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
 
 from .._errors import ValidationError
 from .._fastinit import positional_constructor
-from .._job import AttemptError, JobRow, JobState
-from .._timeutil import parse_rfc3339
+from .._job import JobRow, JobState
 from ._protocol import JobListQuery
 
 __all__ = [
     "STATE_BY_NAME",
     "ListDialect",
     "SharedOperations",
-    "attempt_error",
     "job_list_statement",
     "list_where",
     "make_job",
@@ -43,16 +41,6 @@ def require_aware(value: dt.datetime, field: str) -> None:
     """Refuse a naive datetime for ``field`` (it would be read in the server's zone)."""
     if value.tzinfo is None or value.utcoffset() is None:
         raise ValidationError(field, "must be timezone-aware (naive datetimes are ambiguous)")
-
-
-def attempt_error(obj: Mapping[str, Any]) -> AttemptError:
-    """One element of a row's ``errors`` (River's ``AttemptError`` JSON), decoded."""
-    return AttemptError(
-        at=parse_rfc3339(obj["at"]),
-        attempt=int(obj.get("attempt", 0)),
-        error=str(obj.get("error", "")),
-        trace=str(obj.get("trace") or ""),
-    )
 
 
 # --- River's JobList ----------------------------------------------------------------------

@@ -14,10 +14,11 @@ from psycopg import pq
 from psycopg.types.numeric import Int8
 
 from ..._errors import DatabaseError, MigrationError, ValidationError
-from ..._job import JobRow, JobState
+from ..._job import JobRow, JobState, UndecodableJobRow
 from ..._queue_limits import RateLimit, RateWindow, limits_table_missing
 from ..._timeutil import format_rfc3339nano
 from ..._unique import UNIQUE_STATES_BY_MASK, unique_states_mask
+from .._decode import attempt_error_json, decode_failure, json_type
 from .._protocol import (
     Completion,
     CompletionResult,
@@ -34,7 +35,6 @@ from .._protocol import (
 from .._shared import (
     STATE_BY_NAME,
     SharedOperations,
-    attempt_error,
     job_list_statement,
     list_where,
     make_job,
@@ -91,6 +91,8 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
     unique_key = row[16]
     unique_states = row[17]
     attempted_by = row[4]
+    if type(metadata) is not dict:
+        return _undecodable(row, args, metadata)
     # positional, in JobRow's field order
     return make_job(
         row[0],
@@ -100,7 +102,7 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
         row[3],
         tuple(attempted_by) if attempted_by else (),
         row[5],
-        tuple(attempt_error(_json_decode(e)) for e in errors) if errors else (),
+        tuple([attempt_error_json(e) for e in errors]) if errors else (),
         row[7],
         row[8],
         row[9],
@@ -112,6 +114,39 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
         tuple(row[15]),
         bytes(unique_key) if unique_key is not None else None,
         UNIQUE_STATES_BY_MASK[unique_states] if unique_states is not None else None,
+    )
+
+
+def _undecodable(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
+    """A row whose metadata is not a JSON object (River Go keeps any JSON there, but a
+    JobRow's metadata is a mapping): returned with empty metadata and the reason, so a claim
+    fails the job's attempt instead of working it (see :class:`UndecodableJobRow`)."""
+    errors = row[6]
+    unique_key = row[16]
+    unique_states = row[17]
+    return UndecodableJobRow(
+        id=row[0],
+        args=args,
+        encoded_args=row[1].encode(),
+        attempt=row[2],
+        attempted_at=row[3],
+        attempted_by=tuple(row[4] or ()),
+        created_at=row[5],
+        errors=tuple([attempt_error_json(e) for e in errors]) if errors else (),
+        finalized_at=row[7],
+        kind=row[8],
+        max_attempts=row[9],
+        metadata={},
+        priority=row[11],
+        queue=row[12],
+        scheduled_at=row[13],
+        state=STATE_BY_NAME[row[14]],
+        tags=tuple(row[15]),
+        unique_key=bytes(unique_key) if unique_key is not None else None,
+        unique_states=UNIQUE_STATES_BY_MASK[unique_states] if unique_states is not None else None,
+        decode_error=decode_failure(
+            "metadata", f"cannot unmarshal {json_type(metadata)} into a JSON object"
+        ),
     )
 
 
