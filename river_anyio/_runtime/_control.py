@@ -2,8 +2,10 @@
 
 Insert notifications wake the queue's fetch loop; control notifications (and the same actions
 taken locally, without a listener) pause, resume or cancel a running job; without
-notifications the queue's settings are polled; the queue's row is kept alive. A remote cancel
-is a reason set on the job's attempt by the worker pool, which owns it.
+notifications (``poll_only``, or a server without LISTEN/NOTIFY) the queue's settings and the
+cancellations of its running jobs are polled, every two seconds as River's producer polls them;
+the queue's row is kept alive. A remote cancel is a reason set on the job's attempt by the
+worker pool, which owns it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from .._errors import DatabaseError
 from .._events import Event, EventHub, EventKind
+from .._job import JobState
 from .._logging import job_extra, queue_extra
 from ..drivers import TOPIC_CONTROL, Driver, Notification
 from ._attempt import CancelReason
@@ -34,6 +37,8 @@ logger = logging.getLogger("river_anyio.producer")
 HOT_OPERATION_TIMEOUT = 10.0
 QUEUE_REPORT_INTERVAL = 600.0
 QUEUE_SETTINGS_POLL = 2.0
+#: Running jobs whose cancellation one poll looks up in one statement (River's batch).
+CANCEL_POLL_BATCH = 1000
 
 
 class QueueControl:
@@ -60,6 +65,9 @@ class QueueControl:
         self._resumed = resumed
         #: the queue is paused (data: read by the fetch loop and diagnostics)
         self.paused = False
+        #: running jobs a poll found cancelled and cancelled (not cancelled again, or logged,
+        #: at each poll while their worker finishes)
+        self._poll_cancelled: set[int] = set()
 
     @property
     def _client_id(self) -> str:
@@ -144,9 +152,41 @@ class QueueControl:
                     self.control(payload)
 
     async def poll_settings(self) -> None:
+        """Without notifications: the queue's settings and its running jobs' cancellations,
+        polled every ``QUEUE_SETTINGS_POLL`` seconds."""
         while True:
             await anyio.sleep(QUEUE_SETTINGS_POLL)
             await self.poll_settings_once()
+            await self.poll_cancellations_once()
+
+    async def poll_cancellations_once(self) -> None:
+        """Cancel the running jobs of this queue whose cancellation was requested (River's
+        ``JobGetCancelRequested``: ``cancel_attempted_at`` set while running)."""
+        ids = self._pool.job_ids()
+        if not ids:
+            self._poll_cancelled.clear()
+            return
+        requested: set[int] = set()
+        try:
+            with anyio.fail_after(HOT_OPERATION_TIMEOUT):
+                for start in range(0, len(ids), CANCEL_POLL_BATCH):
+                    batch = ids[start : start + CANCEL_POLL_BATCH]
+                    rows = await self._driver.executor().job_list(ids=batch, limit=len(batch))
+                    requested.update(
+                        row.id
+                        for row in rows
+                        if row.state is JobState.RUNNING and "cancel_attempted_at" in row.metadata
+                    )
+        except (DatabaseError, TimeoutError) as exc:
+            logger.warning(
+                "producer %s: polling for cancellations failed: %s",
+                self.queue,
+                exc,
+                extra=queue_extra("cancel_poll_failed", self.queue, self._client_id),
+            )
+            return
+        done = self._poll_cancelled
+        self._poll_cancelled = {i for i in requested if i in done or self.cancel_job(i)}
 
     async def poll_settings_once(self) -> None:
         try:

@@ -207,7 +207,7 @@ class Producer:
             control = self._queue_control
             if receive is not None:
                 services.start_soon(control.notifications, receive)
-            elif self._config.poll_only:
+            else:  # poll_only, or a database without notifications
                 services.start_soon(control.poll_settings)
             services.start_soon(control.report_queue)
             try:

@@ -9,6 +9,7 @@ values are bound and how rows are read.
 from __future__ import annotations
 
 import datetime as dt
+import json
 from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
@@ -20,12 +21,14 @@ from .._job import JobRow, JobState
 from ._protocol import JobListQuery
 
 __all__ = [
+    "UNIQUE_NONCE_KEY",
     "STATE_BY_NAME",
     "ListDialect",
     "SharedOperations",
     "job_list_statement",
     "list_where",
     "make_job",
+    "metadata_with_nonce",
     "require_aware",
     "where_text",
 ]
@@ -35,6 +38,24 @@ STATE_BY_NAME: Final = {s.value: s for s in JobState}
 
 #: ``make_job(*values)``: a :class:`JobRow` from its fields in order (see ``_fastinit``).
 make_job: Final = positional_constructor(JobRow)
+
+
+#: The metadata key of a unique insert's nonce, where the database has no other way to tell an
+#: inserted row from an existing duplicate (SQLite, YugabyteDB): River's.
+UNIQUE_NONCE_KEY: Final = "river:unique_nonce"
+
+
+def metadata_with_nonce(metadata: str, nonce: str) -> str:
+    """``metadata`` (a JSON object's text) with ``river:unique_nonce`` set, edited as text
+    when that is safe."""
+    text = metadata.strip()
+    if UNIQUE_NONCE_KEY not in text and text.endswith("}"):
+        body = text[:-1].rstrip()
+        sep = "" if body.endswith("{") else ","
+        return f'{body}{sep}"{UNIQUE_NONCE_KEY}":"{nonce}"}}'
+    obj = json.loads(text or "{}")
+    obj[UNIQUE_NONCE_KEY] = nonce
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def require_aware(value: dt.datetime, field: str) -> None:

@@ -6,9 +6,11 @@ import datetime as dt
 import json
 import logging
 import re
+import secrets
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio.lowlevel
+import attrs
 import psycopg
 from psycopg import pq
 from psycopg.types.numeric import Int8
@@ -34,13 +36,16 @@ from .._protocol import (
 )
 from .._shared import (
     STATE_BY_NAME,
+    UNIQUE_NONCE_KEY,
     SharedOperations,
     job_list_statement,
     list_where,
     make_job,
+    metadata_with_nonce,
     require_aware,
     where_text,
 )
+from ._capabilities import ServerCapabilities
 from ._connection import AnyioConnection, shielded_transaction
 from ._errors import is_cached_plan_error, map_errors
 from ._queries import INSERT_COLUMNS, Queries
@@ -411,6 +416,11 @@ class PostgresExecutor(SharedOperations):
         return self._q.schema
 
     @property
+    def capabilities(self) -> ServerCapabilities:
+        """The server's capabilities this executor's statements were written for."""
+        return self._q.capabilities
+
+    @property
     def connection(self) -> psycopg.AsyncConnection[Any] | None:
         """The connection this executor is bound to (None for a pool-backed executor)."""
         return self._conn
@@ -508,7 +518,18 @@ class PostgresExecutor(SharedOperations):
     ) -> list[InsertedJob]:
         """Run a batch insert (``leading`` values, then the batch's columns) returning one
         row per job and its duplicate flag; a single job without a unique key goes through
-        ``one``, the single-row form of ``query``."""
+        ``one``, the single-row form of ``query``.
+
+        On a server without ``xmax`` (YugabyteDB) every job of the batch carries one random
+        ``river:unique_nonce`` in its metadata, as River Go writes it: a row that comes back
+        without it is the existing duplicate."""
+        nonce: str | None = None
+        if self._q.unique_nonce:
+            nonce = secrets.token_hex(8)
+            params = [
+                attrs.evolve(p, metadata=metadata_with_nonce(p.metadata.decode(), nonce).encode())
+                for p in params
+            ]
         if len(params) == 1 and params[0].unique_key is None:
             rows = await self._rows(one, [*leading, *_row_columns(params[0])], binary=True)
             if len(rows) != 1:
@@ -521,6 +542,14 @@ class PostgresExecutor(SharedOperations):
         inserted = [
             InsertedJob(job=row_to_job(row), unique_skipped_as_duplicate=row[18]) for row in rows
         ]
+        if nonce is not None:
+            inserted = [
+                InsertedJob(
+                    job=i.job,
+                    unique_skipped_as_duplicate=i.job.metadata.get(UNIQUE_NONCE_KEY) != nonce,
+                )
+                for i in inserted
+            ]
         if where is None:
             return inserted
         out: list[InsertedJob] = []
@@ -686,7 +715,7 @@ class PostgresExecutor(SharedOperations):
         require_aware(cancel_attempted_at, "cancel_attempted_at")
         values = (
             Int8(job_id),
-            bool(notify),
+            bool(notify) and self._q.notify,
             format_rfc3339nano(cancel_attempted_at.astimezone(_UTC)),
         )
         return await self._job(self._q.job_cancel, values)
@@ -725,7 +754,8 @@ class PostgresExecutor(SharedOperations):
         return f"{self._q.schema}.{topic}" if self._q.schema else topic
 
     async def notify_many(self, topic: str, payloads: Sequence[str]) -> None:
-        if payloads:
+        """Send notifications; nothing on a server that has none (River sends none there)."""
+        if payloads and self._q.notify:
             await self._count(self._q.notify_many, (self._channel(topic), _payloads(payloads)))
 
     # --- generic access -----------------------------------------------------------------------
@@ -947,7 +977,7 @@ class PostgresExecutor(SharedOperations):
     async def job_insert_fast_many_notify(
         self, params: Sequence[JobInsertParams], *, topic: str, payloads: Sequence[str]
     ) -> list[InsertedJob]:
-        if not payloads:
+        if not payloads or not self._q.notify:
             return await self.job_insert_fast_many(params)
         if not params:
             await self.notify_many(topic, payloads)

@@ -49,10 +49,12 @@ from .._protocol import (
 )
 from .._shared import (
     STATE_BY_NAME,
+    UNIQUE_NONCE_KEY,
     SharedOperations,
     job_list_statement,
     list_where,
     make_job,
+    metadata_with_nonce,
     where_text,
 )
 from ._connection import write_unit
@@ -65,7 +67,7 @@ __all__ = ["SQLiteExecutor", "job_rows", "queue_rows"]
 
 T = TypeVar("T")
 
-_NONCE_KEY: Final = "river:unique_nonce"
+_NONCE_KEY: Final = UNIQUE_NONCE_KEY
 _MASK64: Final = (1 << 64) - 1
 _json_decode = json.JSONDecoder().decode
 #: A column's value when it is not JSON.
@@ -257,18 +259,6 @@ def _control(payload: dict[str, Any]) -> str:
 # the insert batch
 
 
-def _with_nonce(metadata: str, nonce: str) -> str:
-    """``metadata`` (a JSON object) with ``river:unique_nonce`` set, edited as text when safe."""
-    text = metadata.strip()
-    if _NONCE_KEY not in text and text.endswith("}"):
-        body = text[:-1].rstrip()
-        sep = "" if body.endswith("{") else ","
-        return f'{body}{sep}"{_NONCE_KEY}":"{nonce}"}}'
-    obj = json.loads(text or "{}")
-    obj[_NONCE_KEY] = nonce
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
-
-
 def _batch(params: Sequence[JobInsertParams], nonces: Sequence[str] | None) -> str:
     """The whole batch as one JSON array of per-job arrays (positions: ``BATCH_FIELDS``).
 
@@ -300,7 +290,7 @@ def _batch(params: Sequence[JobInsertParams], nonces: Sequence[str] | None) -> s
         unique_states = str(int(p.unique_states)) if p.unique_states else "null"
         metadata = p.metadata.decode() or "{}"
         if nonces is not None:
-            metadata = _with_nonce(metadata, nonces[i])
+            metadata = metadata_with_nonce(metadata, nonces[i])
         parts.append(
             f"[{p.encoded_args.decode() or '{}'},{kind},{int(p.max_attempts)},"
             f"{metadata},{int(p.priority)},{queue},{state},{tags},"
