@@ -23,6 +23,7 @@ __all__ = [
     "JobArgs",
     "JobRow",
     "JobState",
+    "UndecodableJobRow",
     "UniqueOpts",
 ]
 
@@ -110,6 +111,16 @@ class JobRow:
         """The output the worker recorded (``ctx.record_output``, River's ``RecordOutput``),
         decoded from the ``output`` metadata key; None when none was recorded."""
         return self.metadata.get("output") if isinstance(self.metadata, Mapping) else None
+
+
+@attrs.frozen(kw_only=True)
+class UndecodableJobRow(JobRow):
+    """A row some of whose columns could not be decoded (a JSON column changed out of band,
+    metadata that is not an object): those fields are left empty and ``decode_error`` says
+    which and why. A client fails such a claimed job's attempt without working it, as River
+    Go does; the undecodable values stay in the database as they are."""
+
+    decode_error: str
 
 
 @attrs.frozen(kw_only=True)

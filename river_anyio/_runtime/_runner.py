@@ -12,6 +12,8 @@ An attempt ends in exactly one completion handed to the completer:
 - raised (or timed out, or unknown kind, or undecodable args): the error is recorded and the
   job retries per the retry policy, or is discarded when out of attempts (its text as River
   records an error, its traceback only in the log: see :func:`_error_text`);
+- claimed as a row that could not be decoded: failed without being worked, as River Go fails
+  it (the error handler sees it; the client's retry policy applies);
 - cancelled remotely: ``cancelled`` unless the worker still completed cleanly;
 - interrupted because the client is stopping: back to ``available`` with its attempt restored
   and no error recorded.
@@ -38,7 +40,7 @@ from .._config import ClientConfig
 from .._convert import structure_hook
 from .._events import EventKind
 from .._fastinit import positional_constructor
-from .._job import JobRow, JobState
+from .._job import JobRow, JobState, UndecodableJobRow
 from .._logging import job_extra
 from .._resumable import has_progress
 from .._retry import DefaultRetryPolicy
@@ -61,7 +63,7 @@ if TYPE_CHECKING:
     from .._client import Client
     from ._clock import Clock
 
-__all__ = ["JobRunner", "UnknownJobKindError"]
+__all__ = ["JobRowDecodeError", "JobRunner", "UnknownJobKindError"]
 
 logger = logging.getLogger("river_anyio.executor")  # the name users filter on
 
@@ -76,6 +78,16 @@ class UnknownJobKindError(Exception):
 
     def __init__(self, kind: str) -> None:
         super().__init__(f"job kind is not registered in the client's Workers bundle: {kind}")
+
+
+class JobRowDecodeError(Exception):
+    """A claimed row could not be decoded (River's message, then which columns and why)."""
+
+    #: recorded as River's bare message, without the exception type name
+    river_error_text = True
+
+    def __init__(self, detail: str) -> None:
+        super().__init__(f"job row couldn't be decoded: {detail}")
 
 
 class JobTimeoutError(Exception):
@@ -196,6 +208,9 @@ class JobRunner:
         row = attempt.row
         attempt.start = self._start_time()
         attempt.started = time.monotonic()
+        if type(row) is UndecodableJobRow:
+            self._undecodable(attempt, row)
+            return
         reg = attempt.reg = self._config.workers.get(row.kind)
         if reg is None:
             attempt.result = _Failure(UnknownJobKindError(row.kind))
@@ -226,6 +241,20 @@ class JobRunner:
             client=self._client, job=row, deadline=None if timeout is None else deadline
         )
         attempt.result = _PENDING
+
+    def _undecodable(self, attempt: Attempt, row: UndecodableJobRow) -> None:
+        """A claimed row some of whose columns could not be decoded is not worked: its
+        attempt fails with the decode error, through the error handler and the client's
+        retry policy (no worker is looked up), as River Go fails it."""
+        logger.error(
+            "job %d (%s): the row couldn't be decoded; failing its attempt without working it: %s",
+            row.id,
+            row.kind,
+            row.decode_error,
+            extra=job_extra("job_undecodable", row, self._config.id),
+        )
+        attempt.reg = None
+        attempt.result = _Failure(JobRowDecodeError(row.decode_error))
 
     async def run(self, attempt: Attempt, scope: anyio.CancelScope) -> bool:
         """Run the worker of a begun attempt under ``scope``, the scope its cancellation
@@ -563,7 +592,7 @@ class JobRunner:
                     scheduled_at=nxt,
                     error=elem,
                 )
-            if reg is not None:
+            if reg is not None or not isinstance(result.exc, UnknownJobKindError):
                 logger.info(
                     "job %d (%s) failed on attempt %d: %s",
                     row.id,

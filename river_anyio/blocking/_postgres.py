@@ -25,6 +25,7 @@ from .._errors import PoolTimeoutError
 from .._sqlalchemy import sync_dbapi_connection
 from ..drivers.postgres import PostgresExecutor
 from ..drivers.postgres import _scrubbed as scrubbed
+from ..drivers.postgres._capabilities import ServerCapabilities, detect_capabilities_sync
 from ..drivers.postgres._errors import map_errors
 from ..drivers.postgres._queries import Queries
 
@@ -246,12 +247,37 @@ class _PoolFacade:
 
 class BlockingPostgresDriver:
     """The driver surface the async :class:`~river_anyio.Client` uses, on a :class:`SyncPool`
-    (every awaited call completes before it returns)."""
+    (every awaited call completes before it returns).
+
+    The server (see ``ServerCapabilities``: YugabyteDB sends no notifications and writes
+    unique inserts with a nonce) is identified on the first connection the driver uses,
+    once; the pool opens connections on demand, so nothing connects before that."""
 
     def __init__(self, pool: SyncPool, schema: str | None) -> None:
         self._pool = pool
-        self._queries = Queries(schema)
-        self._executor = PostgresExecutor(self._queries, pool=cast(Any, _PoolFacade(pool)))
+        self._schema = schema
+        self._lock = threading.Lock()
+        self._detected: tuple[Queries, PostgresExecutor] | None = None
+
+    def _for_server(self, conn: psycopg.Connection[Any] | None = None) -> Queries:
+        """The statements for the server, identified on ``conn`` (a pooled connection when
+        None) the first time. Not under the lock while querying: the caller may hold the
+        pool's only connection; racing detections agree, and the first one is kept."""
+        detected = self._detected
+        if detected is None:
+            with map_errors():
+                if conn is None:
+                    with self._pool.connection() as pooled:
+                        capabilities = detect_capabilities_sync(pooled)
+                else:
+                    capabilities = detect_capabilities_sync(conn)
+            queries = Queries(self._schema, capabilities)
+            executor = PostgresExecutor(queries, pool=cast(Any, _PoolFacade(self._pool)))
+            with self._lock:
+                if self._detected is None:
+                    self._detected = (queries, executor)
+                detected = self._detected
+        return detected[0]
 
     @property
     def dialect(self) -> Literal["postgres"]:
@@ -259,11 +285,17 @@ class BlockingPostgresDriver:
 
     @property
     def schema(self) -> str | None:
-        return self._queries.schema
+        return self._schema
 
     @property
     def supports_listen_notify(self) -> bool:
-        return True
+        """Whether the server delivers notifications (identifying it first)."""
+        return self._for_server().notify
+
+    @property
+    def capabilities(self) -> ServerCapabilities:
+        """The server, identified on the driver's first connection."""
+        return self._for_server().capabilities
 
     def with_schema(self, schema: str | None) -> BlockingPostgresDriver:
         """The driver itself for its own schema; the blocking client's driver serves one
@@ -276,7 +308,9 @@ class BlockingPostgresDriver:
         )
 
     def executor(self) -> PostgresExecutor:
-        return self._executor
+        self._for_server()
+        assert self._detected is not None
+        return self._detected[1]
 
     def transaction(self) -> AbstractAsyncContextManager[PostgresExecutor]:
         return self._transaction()
@@ -286,8 +320,9 @@ class BlockingPostgresDriver:
         with map_errors():
             conn = self._pool.getconn()
             try:
+                queries = self._for_server(conn)
                 with conn.transaction():
-                    yield executor_on(self._queries, conn)
+                    yield executor_on(queries, conn)
             finally:
                 self._pool.putconn(conn)
 
@@ -299,7 +334,7 @@ class BlockingPostgresDriver:
         ):
             return conn
         if isinstance(conn, psycopg.Connection):
-            return caller_executor(self._queries, conn)
+            return caller_executor(self._for_server(conn), conn)
         if isinstance(conn, psycopg.AsyncConnection):
             raise TypeError(
                 "river_anyio.blocking.Client takes a blocking psycopg.Connection; insert with "
@@ -307,7 +342,7 @@ class BlockingPostgresDriver:
             )
         raw = sync_dbapi_connection(conn)
         if isinstance(raw, psycopg.Connection):
-            return caller_executor(self._queries, raw)
+            return caller_executor(self._for_server(raw), raw)
         if raw is not None:
             raise TypeError(
                 "the SQLAlchemy connection is not on psycopg 3 (use a postgresql+psycopg:// "

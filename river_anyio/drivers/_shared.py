@@ -9,26 +9,27 @@ values are bound and how rows are read.
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Callable, Mapping, Sequence
+import json
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol
 
 import attrs
 
 from .._errors import ValidationError
 from .._fastinit import positional_constructor
-from .._job import AttemptError, JobRow, JobState
-from .._timeutil import parse_rfc3339_ns
+from .._job import JobRow, JobState
 from .._unique import unique_states_mask
 from ._protocol import JobInsertParams, JobListQuery
 
 __all__ = [
+    "UNIQUE_NONCE_KEY",
     "STATE_BY_NAME",
     "ListDialect",
     "SharedOperations",
-    "attempt_error",
     "job_list_statement",
     "list_where",
     "make_job",
+    "metadata_with_nonce",
     "refuse_repeated_unique_keys",
     "require_aware",
     "where_text",
@@ -39,6 +40,24 @@ STATE_BY_NAME: Final = {s.value: s for s in JobState}
 
 #: ``make_job(*values)``: a :class:`JobRow` from its fields in order (see ``_fastinit``).
 make_job: Final = positional_constructor(JobRow)
+
+
+#: The metadata key of a unique insert's nonce, where the database has no other way to tell an
+#: inserted row from an existing duplicate (SQLite, YugabyteDB): River's.
+UNIQUE_NONCE_KEY: Final = "river:unique_nonce"
+
+
+def metadata_with_nonce(metadata: str, nonce: str) -> str:
+    """``metadata`` (a JSON object's text) with ``river:unique_nonce`` set, edited as text
+    when that is safe."""
+    text = metadata.strip()
+    if UNIQUE_NONCE_KEY not in text and text.endswith("}"):
+        body = text[:-1].rstrip()
+        sep = "" if body.endswith("{") else ","
+        return f'{body}{sep}"{UNIQUE_NONCE_KEY}":"{nonce}"}}'
+    obj = json.loads(text or "{}")
+    obj[UNIQUE_NONCE_KEY] = nonce
+    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def require_aware(value: dt.datetime, field: str) -> None:
@@ -66,18 +85,6 @@ def refuse_repeated_unique_keys(params: Sequence[JobInsertParams]) -> None:
                 f"params[{i}].unique_key",
                 f"unique key appears more than once in batch (also params[{first}])",
             )
-
-
-def attempt_error(obj: Mapping[str, Any]) -> AttemptError:
-    """One element of a row's ``errors`` (River's ``AttemptError`` JSON), decoded."""
-    at, nanosecond = parse_rfc3339_ns(obj["at"])
-    return AttemptError(
-        at=at,
-        attempt=int(obj.get("attempt", 0)),
-        error=str(obj.get("error", "")),
-        trace=str(obj.get("trace") or ""),
-        at_nanosecond=nanosecond,
-    )
 
 
 # --- River's JobList ----------------------------------------------------------------------

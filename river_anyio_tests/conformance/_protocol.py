@@ -210,9 +210,7 @@ def _json_numbers(value: Any) -> Any:
 
 def job_json(row: river.JobRow) -> dict[str, Any]:
     """A job row in the contract's form (``protocol.Job``); numbers as valid JSON."""
-    metadata = {
-        k: _json_numbers(v) for k, v in row.metadata.items() if k != "river:unique_nonce"
-    }
+    metadata = {k: _json_numbers(v) for k, v in row.metadata.items() if k != "river:unique_nonce"}
     return {
         "args": _json_numbers(dict(row.args)),
         "attempt": row.attempt,

@@ -354,9 +354,7 @@ class Server:
                 with run.subscribe(*EVENT_KINDS) as events:
                     async with anyio.create_task_group() as consumers:
                         consumers.start_soon(_consume, events, stats)
-                        task_status.started(
-                            Running(run, stats, claim_barrier, done, failure)
-                        )
+                        task_status.started(Running(run, stats, claim_barrier, done, failure))
                         await run.wait_stopping()
                         await run.wait()
                         consumers.cancel_scope.cancel("the client stopped")
@@ -496,7 +494,9 @@ def worker_config(params: dict[str, Any], barriers: Barriers, stats: Stats) -> r
             raise invalid(f'unknown worker kind "{kind}"')
         workers.add(args_cls, worker)
     max_workers = params.get("max_workers") or 4
-    queues = {q: river.QueueConfig(max_workers=max_workers) for q in params.get("queues") or ["default"]}
+    queues = {
+        q: river.QueueConfig(max_workers=max_workers) for q in params.get("queues") or ["default"]
+    }
     tuning = params.get("tuning") or {}
     maintenance: dict[str, Any] = {}
     if params.get("rescue_after_ms"):

@@ -114,8 +114,7 @@ async def test_work_once_reports_errors_and_the_retry_decision() -> None:
     assert result.state is river.JobState.AVAILABLE
     # River's retry policy counts the errors already recorded: the 5th is 5**4 s away
     past = [
-        river.AttemptError(at=dt.datetime.now(UTC), attempt=i, error="earlier")
-        for i in range(1, 5)
+        river.AttemptError(at=dt.datetime.now(UTC), attempt=i, error="earlier") for i in range(1, 5)
     ]
     later = await work_once(workers, build_job(Task(name="a"), attempt=5, errors=past))
     assert later.state is river.JobState.RETRYABLE

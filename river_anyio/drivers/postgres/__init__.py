@@ -9,6 +9,10 @@ Use :func:`open_postgres`::
 Every connection is in autocommit mode with ``TimeZone=UTC``; transactions are explicit
 (:meth:`PostgresDriver.transaction`, or a caller's own through
 :meth:`PostgresDriver.executor_for`).
+
+The server is identified when the driver opens (:class:`ServerCapabilities`): on YugabyteDB
+without LISTEN/NOTIFY the driver sends no notifications (clients poll instead) and unique
+inserts carry a metadata nonce, as River Go's driver does.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from ..._errors import ConfigError
 from .. import redact_secrets, redact_url
+from ._capabilities import POSTGRES, ServerCapabilities, detect_capabilities
 from ._connection import AnyioConnection, shielded_transaction
 from ._errors import map_errors
 from ._executor import PostgresExecutor
@@ -44,6 +49,7 @@ __all__ = [
     "PostgresDriver",
     "PostgresExecutor",
     "PostgresListener",
+    "ServerCapabilities",
     "cli_conninfo",
     "open_postgres",
     "shielded_transaction",
@@ -75,15 +81,18 @@ def _check_schema(schema: object) -> str | None:
 
 
 class PostgresDriver:
-    """A River driver on a pool of PostgreSQL connections (see :func:`open_postgres`).
+    """A River driver on a pool of PostgreSQL connections (see :func:`open_postgres`, which
+    detects the server's ``capabilities``; a driver built directly assumes PostgreSQL).
 
     :meth:`with_schema` gives the same pool under another schema, as River Go's clients of
     several schemas share one driver.
     """
 
-    def __init__(self, pool: Pool, schema: str | None) -> None:
+    def __init__(
+        self, pool: Pool, schema: str | None, capabilities: ServerCapabilities = POSTGRES
+    ) -> None:
         self._pool = pool
-        self._queries = Queries(schema)
+        self._queries = Queries(schema, capabilities)
         self._executor = PostgresExecutor(self._queries, pool=pool)
 
     def with_schema(self, schema: str | None) -> PostgresDriver:
@@ -100,7 +109,7 @@ class PostgresDriver:
         schema = _check_schema(schema)
         if schema == self.schema:
             return self
-        return _PostgresSchemaView(self._pool, schema)
+        return _PostgresSchemaView(self._pool, schema, self.capabilities)
 
     def __repr__(self) -> str:
         params = conninfo_to_dict(self._pool._conninfo)
@@ -119,7 +128,15 @@ class PostgresDriver:
 
     @property
     def supports_listen_notify(self) -> bool:
-        return True
+        """Whether the server delivers notifications: always on PostgreSQL; on YugabyteDB only
+        with ``yb_enable_listen_notify``. Without them clients poll (as with ``poll_only``)."""
+        return self._queries.notify
+
+    @property
+    def capabilities(self) -> ServerCapabilities:
+        """The server, as detected when the driver opened (once: a change of the server's
+        settings takes a new driver)."""
+        return self._queries.capabilities
 
     @property
     def pool(self) -> Pool:
@@ -350,8 +367,10 @@ def open_postgres(
     ``prepare_threshold`` is psycopg's (None disables prepared statements, as needed behind
     PgBouncer in transaction mode); the runtime's frequent statements (claims, inserts,
     completions) are prepared on their first run unless it is None. One connection is
-    opened up front so a bad URL or an unreachable server fails here. Arguments are checked
-    before anything is opened.
+    opened up front so a bad URL or an unreachable server fails here; on it the server is
+    identified (:attr:`PostgresDriver.capabilities`: YugabyteDB without LISTEN/NOTIFY makes
+    the driver send no notifications and write unique inserts with a nonce). Arguments are
+    checked before anything is opened.
     """
     checked = _validate(
         url, schema, pool_max_size, acquire_timeout, connect_timeout, prepare_threshold
@@ -377,14 +396,17 @@ async def _open(
         connect_timeout=connect_timeout,
         prepare_threshold=prepare_threshold,
     )
-    driver = PostgresDriver(pool, schema)
     try:
         try:
             with map_errors():
-                await pool.putconn(await pool.getconn())
+                conn = await pool.getconn()
+                try:
+                    capabilities = await detect_capabilities(conn)
+                finally:
+                    await pool.putconn(conn)
         except Exception as exc:
             raise _scrubbed(exc, raw) from exc.__cause__
-        yield driver
+        yield PostgresDriver(pool, schema, capabilities)
     finally:
         with anyio.CancelScope(shield=True):
-            await driver.aclose()
+            await pool.aclose()

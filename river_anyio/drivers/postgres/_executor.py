@@ -6,18 +6,21 @@ import datetime as dt
 import json
 import logging
 import re
+import secrets
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio.lowlevel
+import attrs
 import psycopg
 from psycopg import pq
 from psycopg.types.numeric import Int8
 
 from ..._errors import DatabaseError, MigrationError, ValidationError
-from ..._job import JobRow, JobState
+from ..._job import JobRow, JobState, UndecodableJobRow
 from ..._queue_limits import RateLimit, RateWindow, limits_table_missing
 from ..._timeutil import format_rfc3339nano
 from ..._unique import UNIQUE_STATES_BY_MASK
+from .._decode import attempt_error_json, decode_failure, json_type
 from .._protocol import (
     Completion,
     CompletionResult,
@@ -33,15 +36,17 @@ from .._protocol import (
 )
 from .._shared import (
     STATE_BY_NAME,
+    UNIQUE_NONCE_KEY,
     SharedOperations,
-    attempt_error,
     job_list_statement,
     list_where,
     make_job,
+    metadata_with_nonce,
     refuse_repeated_unique_keys,
     require_aware,
     where_text,
 )
+from ._capabilities import ServerCapabilities
 from ._connection import AnyioConnection, shielded_transaction
 from ._errors import is_cached_plan_error, map_errors
 from ._queries import INSERT_COLUMNS, Queries
@@ -95,6 +100,8 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
     unique_key = row[16]
     unique_states = row[17]
     attempted_by = row[4]
+    if type(metadata) is not dict:
+        return _undecodable(row, args, metadata)
     # positional, in JobRow's field order
     return make_job(
         row[0],
@@ -104,7 +111,7 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
         row[3],
         tuple(attempted_by) if attempted_by else (),
         row[5],
-        tuple(attempt_error(_json_decode(e)) for e in errors) if errors else (),
+        tuple([attempt_error_json(e) for e in errors]) if errors else (),
         row[7],
         row[8],
         row[9],
@@ -116,6 +123,39 @@ def _job(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
         tuple(row[15]),
         bytes(unique_key) if unique_key is not None else None,
         UNIQUE_STATES_BY_MASK[unique_states] if unique_states is not None else None,
+    )
+
+
+def _undecodable(row: Sequence[Any], args: Any, metadata: Any) -> JobRow:
+    """A row whose metadata is not a JSON object (River Go keeps any JSON there, but a
+    JobRow's metadata is a mapping): returned with empty metadata and the reason, so a claim
+    fails the job's attempt instead of working it (see :class:`UndecodableJobRow`)."""
+    errors = row[6]
+    unique_key = row[16]
+    unique_states = row[17]
+    return UndecodableJobRow(
+        id=row[0],
+        args=args,
+        encoded_args=row[1].encode(),
+        attempt=row[2],
+        attempted_at=row[3],
+        attempted_by=tuple(row[4] or ()),
+        created_at=row[5],
+        errors=tuple([attempt_error_json(e) for e in errors]) if errors else (),
+        finalized_at=row[7],
+        kind=row[8],
+        max_attempts=row[9],
+        metadata={},
+        priority=row[11],
+        queue=row[12],
+        scheduled_at=row[13],
+        state=STATE_BY_NAME[row[14]],
+        tags=tuple(row[15]),
+        unique_key=bytes(unique_key) if unique_key is not None else None,
+        unique_states=UNIQUE_STATES_BY_MASK[unique_states] if unique_states is not None else None,
+        decode_error=decode_failure(
+            "metadata", f"cannot unmarshal {json_type(metadata)} into a JSON object"
+        ),
     )
 
 
@@ -345,6 +385,11 @@ class PostgresExecutor(SharedOperations):
         return self._q.schema
 
     @property
+    def capabilities(self) -> ServerCapabilities:
+        """The server's capabilities this executor's statements were written for."""
+        return self._q.capabilities
+
+    @property
     def connection(self) -> psycopg.AsyncConnection[Any] | None:
         """The connection this executor is bound to (None for a pool-backed executor)."""
         return self._conn
@@ -448,7 +493,18 @@ class PostgresExecutor(SharedOperations):
     ) -> list[InsertedJob]:
         """Run a batch insert (``leading`` values, then the batch's columns) returning one
         row per job and its duplicate flag; a single job without a unique key goes through
-        ``one``, the single-row form of ``query``."""
+        ``one``, the single-row form of ``query``.
+
+        On a server without ``xmax`` (YugabyteDB) every job of the batch carries one random
+        ``river:unique_nonce`` in its metadata, as River Go writes it: a row that comes back
+        without it is the existing duplicate."""
+        nonce: str | None = None
+        if self._q.unique_nonce:
+            nonce = secrets.token_hex(8)
+            params = [
+                attrs.evolve(p, metadata=metadata_with_nonce(p.metadata.decode(), nonce).encode())
+                for p in params
+            ]
         if len(params) == 1 and params[0].unique_key is None:
             rows = await self._rows(one, [*leading, *_row_columns(params[0])], binary=True)
             if len(rows) != 1:
@@ -458,6 +514,14 @@ class PostgresExecutor(SharedOperations):
         rows = await self._rows(query, [*leading, *_batch_columns(params)], binary=True)
         if len(rows) != len(params):
             raise DatabaseError(f"insert returned {len(rows)} rows for {len(params)} jobs")
+        if nonce is not None:
+            jobs = [row_to_job(row) for row in rows]
+            return [
+                InsertedJob(
+                    job=job, unique_skipped_as_duplicate=job.metadata.get(UNIQUE_NONCE_KEY) != nonce
+                )
+                for job in jobs
+            ]
         return [
             InsertedJob(job=row_to_job(row), unique_skipped_as_duplicate=row[18]) for row in rows
         ]
@@ -615,7 +679,7 @@ class PostgresExecutor(SharedOperations):
         require_aware(cancel_attempted_at, "cancel_attempted_at")
         values = (
             Int8(job_id),
-            bool(notify),
+            bool(notify) and self._q.notify,
             format_rfc3339nano(cancel_attempted_at.astimezone(_UTC)),
         )
         return await self._job(self._q.job_cancel, values)
@@ -654,7 +718,8 @@ class PostgresExecutor(SharedOperations):
         return f"{self._q.schema}.{topic}" if self._q.schema else topic
 
     async def notify_many(self, topic: str, payloads: Sequence[str]) -> None:
-        if payloads:
+        """Send notifications; nothing on a server that has none (River sends none there)."""
+        if payloads and self._q.notify:
             await self._count(self._q.notify_many, (self._channel(topic), _payloads(payloads)))
 
     # --- generic access -----------------------------------------------------------------------
@@ -882,7 +947,7 @@ class PostgresExecutor(SharedOperations):
     async def job_insert_fast_many_notify(
         self, params: Sequence[JobInsertParams], *, topic: str, payloads: Sequence[str]
     ) -> list[InsertedJob]:
-        if not payloads:
+        if not payloads or not self._q.notify:
             return await self.job_insert_fast_many(params)
         if not params:
             await self.notify_many(topic, payloads)

@@ -19,6 +19,7 @@ from psycopg import sql
 from psycopg.types.numeric import Int8
 
 from .._shared import ListDialect, require_aware
+from ._capabilities import POSTGRES, ServerCapabilities
 
 __all__ = ["INSERT_COLUMNS", "JOB_COLUMNS", "QUEUE_COLUMNS", "Queries", "quote_ident"]
 
@@ -97,11 +98,19 @@ def _from_micros(expr: str) -> str:
 
 
 class Queries:
-    """The statements of one schema (``schema`` None: unqualified names)."""
+    """The statements of one schema (``schema`` None: unqualified names), for a server with
+    ``capabilities`` (see ``_capabilities``): without LISTEN/NOTIFY no statement calls
+    ``pg_notify``; with ``unique_nonce`` no statement reads ``xmax`` (the executor tells a
+    duplicate by the metadata nonce)."""
 
-    def __init__(self, schema: str | None) -> None:
+    def __init__(self, schema: str | None, capabilities: ServerCapabilities = POSTGRES) -> None:
         self.schema = schema
         self.prefix = quote_ident(schema) + "." if schema else ""
+        self.capabilities = capabilities
+        #: notifications are sent (the server delivers them)
+        self.notify = capabilities.listen_notify
+        #: unique inserts carry a metadata nonce, and their duplicate flag is left to it
+        self.unique_nonce = capabilities.unique_nonce
 
     def _channel(self, topic: str) -> str:
         """SQL for a notification channel: ``<schema>.<topic>``, the session's current schema
@@ -152,7 +161,7 @@ ON CONFLICT (unique_key)
         AND unique_states IS NOT NULL
         AND {p}river_job_state_in_bitmask(unique_states, state)
     DO UPDATE SET unique_key = excluded.unique_key
-RETURNING {_COLS}, xmax::text <> '0'"""
+RETURNING {_COLS}, {"false" if self.unique_nonce else "xmax::text <> '0'"}"""
 
     @cached_property
     def job_insert_one(self) -> str:
@@ -504,8 +513,14 @@ RETURNING {_QCOLS}"""
 
     def _queue_control(self, action: str, assignments: str) -> str:
         """Pause or resume a queue (``*``: all) and send the control notification in the same
-        statement, as River does, unless a named queue matched nothing. Parameters: the name,
-        four times. Returns the rows matched."""
+        statement, as River does, unless a named queue matched nothing (or the server has no
+        notifications). Parameters: the name, four times. Returns the rows matched."""
+        notify = f"""count(pg_notify(
+        {self._channel("river_control")},
+        json_build_object('action', '{action}', 'queue', %s::text)::text
+    )::text)"""
+        if not self.notify:  # the same parameters, nothing sent
+            notify = "count(%s::text)"
         return f"""
 WITH updated AS (
     UPDATE {self.prefix}river_queue
@@ -516,10 +531,7 @@ WITH updated AS (
     SELECT count(*) AS n FROM updated
 )
 SELECT m.n, (
-    SELECT count(pg_notify(
-        {self._channel("river_control")},
-        json_build_object('action', '{action}', 'queue', %s::text)::text
-    )::text)
+    SELECT {notify}
     WHERE m.n > 0 OR %s::text = '*'
 )
 FROM matched AS m"""
@@ -677,17 +689,19 @@ RETURNING l.leader_id, l.elected_at, l.expires_at"""
 
     @cached_property
     def leader_resign(self) -> str:
-        """The row is deleted and followers told, in one statement (as River)."""
+        """The row is deleted and followers told, in one statement (as River; without
+        notifications, followers find the seat empty when they next poll)."""
+        notify = f"""pg_notify(
+    {self._channel("river_leadership")},
+    json_build_object('leader_id', leader_id, 'action', 'resigned')::text
+)"""
         return f"""
 WITH resigned AS (
     DELETE FROM {self.prefix}river_leader
     WHERE elected_at = %(elected_at)s::timestamptz AND leader_id = %(leader_id)s::text
     RETURNING leader_id
 )
-SELECT count(pg_notify(
-    {self._channel("river_leadership")},
-    json_build_object('leader_id', leader_id, 'action', 'resigned')::text
-))
+SELECT count({notify if self.notify else "*"})
 FROM resigned"""
 
     @cached_property

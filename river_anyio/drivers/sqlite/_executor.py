@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, TypeVar
 import apsw
 
 from ..._errors import MigrationError, ValidationError
-from ..._job import JobRow, JobState
+from ..._job import AttemptError, JobRow, JobState, UndecodableJobRow
 from ..._queue_limits import RateLimit, RateWindow, limits_table_missing, micros
 from ..._timeutil import (
     format_rfc3339nano,
@@ -26,6 +26,13 @@ from ..._timeutil import (
     utc_now,
 )
 from ..._unique import UNIQUE_STATES_BY_MASK
+from .._decode import (
+    attempt_error_value,
+    attempt_errors_json,
+    decode_failure,
+    json_type,
+    string_list,
+)
 from .._protocol import (
     TOPIC_CONTROL,
     Completion,
@@ -42,11 +49,12 @@ from .._protocol import (
 )
 from .._shared import (
     STATE_BY_NAME,
+    UNIQUE_NONCE_KEY,
     SharedOperations,
-    attempt_error,
     job_list_statement,
     list_where,
     make_job,
+    metadata_with_nonce,
     refuse_repeated_unique_keys,
     where_text,
 )
@@ -60,8 +68,11 @@ __all__ = ["SQLiteExecutor", "job_rows", "queue_rows"]
 
 T = TypeVar("T")
 
-_NONCE_KEY: Final = "river:unique_nonce"
+_NONCE_KEY: Final = UNIQUE_NONCE_KEY
 _MASK64: Final = (1 << 64) - 1
+_json_decode = json.JSONDecoder().decode
+#: A column's value when it is not JSON.
+_UNDECODED: Final = object()
 
 
 def _parse_timestamp(text: str) -> dt.datetime:
@@ -99,43 +110,126 @@ def job_rows(rows: Sequence[Sequence[Any]]) -> list[JobRow]:
     """JobRows from rows selected with :data:`~._queries.JOB_COLUMNS`.
 
     The JSON columns of all rows are decoded by one ``json.loads`` call: per-call overhead
-    dominates for River's small documents.
+    dominates for River's small documents. A row whose columns do not decode that way (text
+    that is not JSON, values of the wrong shape, attempt errors River did not write) is
+    decoded on its own by :func:`_job_row`.
     """
     if not rows:
         return []
-    decoded = json.loads(
-        "["
-        + ",".join(f"[{r[1]},{r[10]},{r[15]},{r[4] or 'null'},{r[6] or 'null'}]" for r in rows)
-        + "]"
-    )
     ts = _Timestamps()
-    out: list[JobRow] = []
-    append = out.append
-    for r, (args, metadata, tags, attempted_by, errors) in zip(rows, decoded, strict=True):
-        append(
-            make_job(  # positional, in JobRow's field order
-                r[0],
-                args,
-                r[1].encode(),
-                r[2],
-                ts.optional(r[3]),
-                tuple(attempted_by) if attempted_by else (),
-                ts(r[5]),
-                tuple(attempt_error(e) for e in errors) if errors else (),
-                ts.optional(r[7]),
-                r[8],
-                r[9],
-                metadata,
-                r[11],
-                r[12],
-                ts(r[13]),
-                STATE_BY_NAME[r[14]],
-                tuple(tags),
-                bytes(r[16]) if r[16] is not None else None,
-                None if r[17] is None else UNIQUE_STATES_BY_MASK[r[17] & 0xFF],
-            )
+    try:
+        decoded = json.loads(
+            "["
+            + ",".join(f"[{r[1]},{r[10]},{r[15]},{r[4] or 'null'},{r[6] or 'null'}]" for r in rows)
+            + "]"
         )
+        out: list[JobRow] = []
+        append = out.append
+        for r, (args, metadata, tags, attempted_by, errors) in zip(rows, decoded, strict=True):
+            errs = [attempt_error_value(e) for e in errors] if errors else ()
+            by = string_list(attempted_by)
+            tag_list = string_list(tags)
+            if (
+                type(metadata) is not dict
+                or by is None
+                or tag_list is None
+                or None in errs
+                or type(errors) not in (list, type(None))
+                or (r[17] is not None and not 0 <= r[17] <= 0xFF)
+            ):
+                append(_job_row(r, ts))
+                continue
+            append(
+                make_job(  # positional, in JobRow's field order
+                    r[0],
+                    args,
+                    r[1].encode(),
+                    r[2],
+                    ts.optional(r[3]),
+                    by,
+                    ts(r[5]),
+                    tuple(errs),
+                    ts.optional(r[7]),
+                    r[8],
+                    r[9],
+                    metadata,
+                    r[11],
+                    r[12],
+                    ts(r[13]),
+                    STATE_BY_NAME[r[14]],
+                    tag_list,
+                    bytes(r[16]) if r[16] is not None else None,
+                    None if r[17] is None else UNIQUE_STATES_BY_MASK[r[17]],
+                )
+            )
+    except ValueError:  # some row holds text that is not JSON
+        return [_job_row(r, ts) for r in rows]
     return out
+
+
+def _job_row(r: Sequence[Any], ts: _Timestamps) -> JobRow:
+    """One row, each JSON column decoded on its own: a row with a column that cannot be
+    decoded is an :class:`UndecodableJobRow`, that column left empty, as River Go's SQLite
+    driver reads it."""
+    problems: list[str] = []
+
+    def decoded(column: str, text: str | None) -> Any:
+        try:
+            return None if text is None else _json_decode(text)
+        except ValueError as exc:
+            problems.append(decode_failure(column, exc))
+            return _UNDECODED
+
+    args = decoded("args", r[1])
+    encoded_args = r[1].encode() if args is not _UNDECODED else b""
+    if args is _UNDECODED:
+        args = {}
+    strings: dict[str, tuple[str, ...]] = {}
+    for column, text in (("attempted_by", r[4]), ("tags", r[15])):
+        value = decoded(column, text)
+        got = string_list(value) if value is not _UNDECODED else ()
+        if got is None:
+            problems.append(decode_failure(column, f"cannot unmarshal {json_type(value)}"))
+        strings[column] = got or ()
+    errors: tuple[AttemptError, ...] = ()
+    if r[6] is not None:
+        try:
+            errors = attempt_errors_json(r[6])
+        except ValueError as exc:
+            problems.append(decode_failure("errors", exc))
+    metadata = decoded("metadata", r[10])
+    if metadata is not _UNDECODED and type(metadata) is not dict:
+        problems.append(
+            decode_failure("metadata", f"cannot unmarshal {json_type(metadata)} into an object")
+        )
+    unique_states = r[17]
+    if unique_states is not None and not 0 <= unique_states <= 0xFF:
+        problems.append(f"value out of range for byte: {unique_states}")
+        unique_states = None
+    fields: dict[str, Any] = {
+        "id": r[0],
+        "args": args,
+        "encoded_args": encoded_args,
+        "attempt": r[2],
+        "attempted_at": ts.optional(r[3]),
+        "attempted_by": strings["attempted_by"],
+        "created_at": ts(r[5]),
+        "errors": errors,
+        "finalized_at": ts.optional(r[7]),
+        "kind": r[8],
+        "max_attempts": r[9],
+        "metadata": metadata if type(metadata) is dict else {},
+        "priority": r[11],
+        "queue": r[12],
+        "scheduled_at": ts(r[13]),
+        "state": STATE_BY_NAME[r[14]],
+        "tags": strings["tags"],
+        "unique_key": bytes(r[16]) if r[16] is not None else None,
+        "unique_states": None if unique_states is None else UNIQUE_STATES_BY_MASK[unique_states],
+    }
+    if problems:
+        return UndecodableJobRow(**fields, decode_error="\n".join(problems))
+    return JobRow(**fields)
 
 
 def queue_rows(rows: Sequence[Sequence[Any]]) -> list[QueueRow]:
@@ -164,18 +258,6 @@ def _control(payload: dict[str, Any]) -> str:
 
 # ---------------------------------------------------------------------------------------------
 # the insert batch
-
-
-def _with_nonce(metadata: str, nonce: str) -> str:
-    """``metadata`` (a JSON object) with ``river:unique_nonce`` set, edited as text when safe."""
-    text = metadata.strip()
-    if _NONCE_KEY not in text and text.endswith("}"):
-        body = text[:-1].rstrip()
-        sep = "" if body.endswith("{") else ","
-        return f'{body}{sep}"{_NONCE_KEY}":"{nonce}"}}'
-    obj = json.loads(text or "{}")
-    obj[_NONCE_KEY] = nonce
-    return json.dumps(obj, separators=(",", ":"), ensure_ascii=False)
 
 
 def _batch(params: Sequence[JobInsertParams], nonces: Sequence[str] | None) -> str:
@@ -209,7 +291,7 @@ def _batch(params: Sequence[JobInsertParams], nonces: Sequence[str] | None) -> s
         unique_states = str(int(p.unique_states)) if p.unique_states else "null"
         metadata = p.metadata.decode() or "{}"
         if nonces is not None:
-            metadata = _with_nonce(metadata, nonces[i])
+            metadata = metadata_with_nonce(metadata, nonces[i])
         parts.append(
             f"[{p.encoded_args.decode() or '{}'},{kind},{int(p.max_attempts)},"
             f"{metadata},{int(p.priority)},{queue},{state},{tags},"

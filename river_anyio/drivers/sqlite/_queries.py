@@ -31,11 +31,28 @@ __all__ = [
     "sortable_time",
 ]
 
+
+def _valid(column: str) -> str:
+    """``column`` holds JSON. River writes its JSON columns as JSONB blobs; a column changed
+    out of band may hold text that is not JSON, on which SQLite's JSON functions fail
+    ("malformed JSON"), so only text is checked (``json_valid``'s flags for JSONB are not in
+    every SQLite River runs on). Statements that touch a job's JSON leave such a value as
+    it is."""
+    return f"(typeof({column}) <> 'text' OR json_valid({column}))"
+
+
+def _json_text(column: str) -> str:
+    """``column`` as JSON text, or as the text it holds when that is not JSON (the row
+    reader reports the row as undecodable)."""
+    return f"CASE WHEN {_valid(column)} THEN json({column}) ELSE {column} END"
+
+
 #: Columns read for a JobRow, in the order ``_executor.job_rows`` expects.
 JOB_COLUMNS: Final = (
-    "id, json(args), attempt, attempted_at, json(attempted_by), created_at, json(errors), "
-    "finalized_at, kind, max_attempts, json(metadata), priority, queue, scheduled_at, state, "
-    "json(tags), unique_key, unique_states"
+    f"id, {_json_text('args')}, attempt, attempted_at, {_json_text('attempted_by')}, "
+    f"created_at, {_json_text('errors')}, finalized_at, kind, max_attempts, "
+    f"{_json_text('metadata')}, priority, queue, scheduled_at, state, {_json_text('tags')}, "
+    "unique_key, unique_states"
 )
 
 #: Columns read for a QueueRow, in the order ``_executor.queue_rows`` expects.
@@ -109,6 +126,18 @@ METADATA_MERGE: Final = """(
         WHERE json_type({doc}, p.fullkey) IS NULL
     ) AS m
 )"""
+
+
+#: A job's errors with one error appended (``{error}``: its JSON text), as River Go's SQLite
+#: driver appends it: errors changed out of band to something other than an array are
+#: wrapped in one first (as a string when not JSON), so nothing is lost.
+_APPEND_ERROR: Final = f"""CASE
+        WHEN {{error}} IS NULL THEN j.errors
+        WHEN NOT {_valid("j.errors")} THEN jsonb_array(j.errors, jsonb({{error}}))
+        WHEN coalesce(json_type(j.errors), 'array') <> 'array'
+        THEN jsonb_array(jsonb(j.errors), jsonb({{error}}))
+        ELSE jsonb_insert(coalesce(j.errors, jsonb('[]')), '$[#]', jsonb({{error}}))
+    END"""
 
 
 def sortable_time(column: str) -> str:
@@ -225,7 +254,8 @@ ON CONFLICT (unique_key) WHERE {_unique_index_predicate()}
 
         The read: ?1 queue, ?2 max_to_lock, ?3 now (?5 kinds, a JSON array). The update: ?1
         queue, ?2 the ids (a JSON array), ?3 now, ?4 max_attempted_by, ?5 kinds, ?6 client.
-        attempted_by keeps its last (?4 - 1) entries once full, then gets the client appended.
+        attempted_by keeps its last (?4 - 1) entries once full, then gets the client appended;
+        one that is not JSON is left as it is (the row reads back undecodable).
         """
         p = self.prefix
         kind_filter = "\n    AND kind IN (SELECT k.value FROM json_each(?5) AS k)" if kinds else ""
@@ -243,7 +273,7 @@ UPDATE {p}river_job
 SET state = 'running',
     attempt = attempt + 1,
     attempted_at = ?3,
-    attempted_by = jsonb_insert(
+    attempted_by = CASE WHEN NOT {_valid("attempted_by")} THEN attempted_by ELSE jsonb_insert(
         CASE
             WHEN attempted_by IS NULL THEN jsonb('[]')
             WHEN json_array_length(attempted_by) < ?4 THEN attempted_by
@@ -255,7 +285,7 @@ SET state = 'running',
         END,
         '$[#]',
         ?6
-    )
+    ) END
 WHERE id IN (SELECT c.value FROM json_each(?2) AS c)
     AND +state = 'available'
     AND {due}
@@ -300,19 +330,19 @@ RETURNING starts"""
         # ?2: now; ?3: the client id. Only rows whose attempt guard holds are updated; the
         # join is driven by the batch (+state keeps the planner off the state index: rowid
         # lookups). cancel: a retry or snooze of a job whose cancellation was requested ends
-        # it instead.
+        # it instead. A JSON column changed out of band to text that is not JSON is left as
+        # it is (metadata without cancel_attempted_at, attempted_by not checked), except
+        # errors, wrapped in an array (as a string when not JSON) to append the new error.
         cancel = (
             "(c.state IN ('available', 'retryable', 'scheduled') "
-            "AND (j.metadata -> 'cancel_attempted_at') IS NOT NULL)"
+            f"AND (CASE WHEN {_valid('j.metadata')} "
+            "THEN j.metadata -> 'cancel_attempted_at' END) IS NOT NULL)"
         )
         return f"""
 UPDATE {self.prefix}river_job AS j
 SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE c.state END,
     attempt = CASE WHEN {cancel} THEN j.attempt ELSE coalesce(c.attempt_new, j.attempt) END,
-    errors = CASE
-        WHEN c.error IS NULL THEN j.errors
-        ELSE jsonb_insert(coalesce(j.errors, jsonb('[]')), '$[#]', jsonb(c.error))
-    END,
+    errors = {_APPEND_ERROR.format(error="c.error")},
     finalized_at = CASE
         WHEN {cancel} THEN ?2
         WHEN c.state IN {FINAL_STATES} THEN coalesce(c.finalized_at, j.finalized_at, ?2)
@@ -323,7 +353,7 @@ SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE c.state END,
         ELSE coalesce(c.scheduled_at, j.scheduled_at)
     END,
     metadata = CASE
-        WHEN c.updates IS NULL THEN j.metadata
+        WHEN c.updates IS NULL OR NOT {_valid("j.metadata")} THEN j.metadata
         ELSE {METADATA_MERGE.format(doc="j.metadata", patch="c.updates")}
     END
 FROM (
@@ -341,7 +371,10 @@ FROM (
 WHERE j.id = c.id
     AND +j.state = 'running'
     AND j.attempt = c.attempt
-    AND j.attempted_by ->> '$[#-1]' = ?3
+    AND CASE
+        WHEN {_valid("j.attempted_by")} THEN j.attempted_by ->> '$[#-1]' = ?3
+        ELSE 1
+    END
 RETURNING {JOB_COLUMNS}"""
 
     @cached_property
@@ -349,7 +382,10 @@ RETURNING {JOB_COLUMNS}"""
         """?1: a JSON array of [id, updates] pairs."""
         return f"""
 UPDATE {self.prefix}river_job AS j
-SET metadata = {METADATA_MERGE.format(doc="j.metadata", patch="c.updates")}
+SET metadata = CASE
+    WHEN {_valid("j.metadata")} THEN {METADATA_MERGE.format(doc="j.metadata", patch="c.updates")}
+    ELSE j.metadata
+END
 FROM (SELECT b.value ->> 0 AS id, b.value ->> 1 AS updates FROM json_each(?1) AS b) AS c
 WHERE j.id = c.id
 RETURNING {JOB_COLUMNS}"""
@@ -611,7 +647,11 @@ SELECT EXISTS (
 UPDATE {self.prefix}river_job
 SET state = 'discarded',
     finalized_at = ?2,
-    metadata = jsonb_set(metadata, '$.unique_key_conflict', 'scheduler_discarded')
+    metadata = CASE
+        WHEN {_valid("metadata")}
+        THEN jsonb_set(metadata, '$.unique_key_conflict', 'scheduler_discarded')
+        ELSE metadata
+    END
 WHERE id IN (SELECT value FROM json_each(?1))"""
 
     @cached_property
@@ -640,11 +680,11 @@ LIMIT ?3"""
         horizon."""
         return f"""
 UPDATE {self.prefix}river_job
-SET errors = jsonb_insert(coalesce(errors, jsonb('[]')), '$[#]', jsonb(?2)),
+SET errors = {_APPEND_ERROR.format(error="?2").replace("j.errors", "errors")},
     finalized_at = ?3,
     scheduled_at = ?4,
     state = ?5,
-    metadata = jsonb_set(
+    metadata = CASE WHEN NOT {_valid("metadata")} THEN metadata ELSE jsonb_set(
         metadata,
         '$."river:rescue_count"',
         coalesce(
@@ -654,7 +694,7 @@ SET errors = jsonb_insert(coalesce(errors, jsonb('[]')), '$[#]', jsonb(?2)),
             END,
             0
         ) + 1
-    )
+    ) END
 WHERE id = ?1 AND state = 'running' AND attempted_at < ?6"""
 
     @cached_property
@@ -718,7 +758,10 @@ WHERE id IN (
         cancellation was requested meanwhile). ?1 queue, ?2 client id, ?3 claimed after ('' for
         no bound), ?4 the window's start, ?5 ids to leave (a JSON array), ?6 now."""
         attempted = sortable_time("attempted_at")
-        cancel = "(metadata -> 'cancel_attempted_at') IS NOT NULL"
+        cancel = (
+            f"(CASE WHEN {_valid('metadata')} THEN metadata -> 'cancel_attempted_at' END) "
+            "IS NOT NULL"
+        )
         return f"""
 UPDATE {self.prefix}river_job
 SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE 'available' END,
@@ -726,7 +769,7 @@ SET state = CASE WHEN {cancel} THEN 'cancelled' ELSE 'available' END,
     finalized_at = CASE WHEN {cancel} THEN ?6 ELSE NULL END
 WHERE state = 'running'
     AND queue = ?1
-    AND attempted_by ->> '$[#-1]' = ?2
+    AND (CASE WHEN {_valid("attempted_by")} THEN attempted_by ->> '$[#-1]' END) = ?2
     AND {attempted} > ?3
     AND {attempted} >= ?4
     AND id NOT IN (SELECT value FROM json_each(?5))
