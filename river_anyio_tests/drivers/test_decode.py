@@ -19,9 +19,16 @@ AT = dt.datetime(2024, 1, 2, 3, 4, 5, 123456, tzinfo=dt.UTC)
 
 
 def err(
-    *, at: dt.datetime = ZERO_TIME, attempt: int = 0, error: str = "", trace: str = ""
+    *,
+    at: dt.datetime = ZERO_TIME,
+    attempt: int = 0,
+    error: str = "",
+    trace: str = "",
+    at_nanosecond: int = 0,
 ) -> AttemptError:
-    return AttemptError(at=at, attempt=attempt, error=error, trace=trace)
+    return AttemptError(
+        at=at, attempt=attempt, error=error, trace=trace, at_nanosecond=at_nanosecond
+    )
 
 
 @pytest.mark.parametrize(
@@ -48,7 +55,8 @@ def err(
             err(
                 at=dt.datetime(
                     2024, 1, 2, 5, 4, 5, 123456, tzinfo=dt.timezone(dt.timedelta(hours=2))
-                )
+                ),
+                at_nanosecond=789,
             ),
         ),
         # `attempt` leniently

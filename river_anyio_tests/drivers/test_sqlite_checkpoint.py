@@ -112,7 +112,7 @@ async def test_the_driver_checkpoints_off_its_writers_commits(sqlite_url: str) -
                 conn.execute("INSERT INTO filler VALUES (randomblob(3000))")
 
         await writer.run(fill)
-        checkpointer = driver._checkpointer
+        checkpointer = driver._db.checkpointer
         assert checkpointer is not None
         assert await anyio.to_thread.run_sync(checkpointer.wait_checkpoints, 1, PROMPTLY)
         assert checkpointer.last is not None and checkpointer.last[0] == "main"
@@ -137,7 +137,7 @@ async def test_an_attached_databases_wal_is_checkpointed_too(
                 conn.execute("INSERT INTO river.filler VALUES (randomblob(3000))")
 
         await driver._writer.run(fill)
-        checkpointer = driver._checkpointer
+        checkpointer = driver._db.checkpointer
         assert checkpointer is not None
         assert await anyio.to_thread.run_sync(checkpointer.wait_checkpoints, 1, PROMPTLY)
         assert checkpointer.last is not None
@@ -151,6 +151,6 @@ async def test_a_sqlite3_module_keeps_sqlites_own_checkpoints(sqlite_url: str) -
     and SQLite's autocheckpoint (1,000 pages) stays."""
     sqlite3 = pytest.importorskip("pysqlite3.dbapi2")
     async with open_sqlite(sqlite_url, sqlite_module=sqlite3) as driver:
-        assert driver._checkpointer is None
+        assert driver._db.checkpointer is None
         rows = await driver._writer.run(lambda c: c.execute("PRAGMA wal_autocheckpoint").fetchall())
         assert rows == [(1000,)]
