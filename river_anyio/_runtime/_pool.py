@@ -277,7 +277,7 @@ class WorkerPool:
                                 # let the fetch loop send its claim now, so its round trip
                                 # overlaps the jobs still ready (these may never yield)
                                 await anyio.lowlevel.cancel_shielded_checkpoint()
-                            elif not held:
+                            elif not attempts:
                                 self._empty()
                 except anyio.get_cancelled_exc_class():
                     if attempt is not None:  # the client cancelled it
@@ -305,7 +305,7 @@ class WorkerPool:
         self.finished += 1
         if len(self._attempts) <= self.low_water:
             self._low_water()
-        elif not held:
+        elif not self._attempts:
             self._empty()
 
     def _low_water(self) -> None:

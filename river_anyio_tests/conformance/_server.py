@@ -511,8 +511,6 @@ def worker_config(params: dict[str, Any], barriers: Barriers, stats: Stats) -> r
         "workers": workers,
         "fetch_cooldown": 0.001,
         "fetch_only_known_kinds": params.get("fetch_only_known_kinds", False),
-        # River's claims: rows only for free slots, each stamped when a worker takes it
-        "claim_ahead": False,
         "leader_election_disabled": params.get("leader_election_disabled", False),
         "poll_only": params.get("poll_only", False),
         "maintenance": river.MaintenanceConfig(**maintenance),
