@@ -498,10 +498,11 @@ class Config:
             ``kind_aliases`` included (False: a job of an unknown kind is claimed and fails,
             as in River).
         claim_ahead: While a backlog of quick jobs lasts, claim rows ahead of the free
-            slots, so the next claim's round trip overlaps the jobs being run (True; beyond
-            River, see the performance discussion). False claims only for free slots, as River
-            does: a job is claimed, and its ``attempted_at`` stamped, when a worker is free to
-            run it, and one worker runs its queue's jobs in claim order, one claim each.
+            slots, so the next claim's round trip overlaps the jobs being run (beyond River,
+            see the performance discussion): faster drains of very short jobs, but a row
+            claimed ahead is ``running``, its ``attempted_at`` stamped, before a worker takes
+            it. False (the default) claims only for free slots, as River does: a claimed row
+            is a started attempt, and one worker runs its queue's jobs in claim order.
         retry_policy: An object with ``next_retry(job_row, now) -> datetime``
             (:class:`DefaultRetryPolicy`, River's).
         error_handler: An object with ``handle_error(job_row, exc)`` (may be async), called
@@ -551,7 +552,7 @@ class Config:
     )
     poll_only: bool = attrs.field(default=False, validator=_bool)
     fetch_only_known_kinds: bool = attrs.field(default=False, validator=_bool)
-    claim_ahead: bool = attrs.field(default=True, validator=_bool)
+    claim_ahead: bool = attrs.field(default=False, validator=_bool)
     retry_policy: RetryPolicy = attrs.field(factory=DefaultRetryPolicy, converter=_retry_policy)
     error_handler: Any = attrs.field(default=None, validator=_error_handler)
     middleware: tuple[Any, ...] = attrs.field(default=(), converter=_middleware)

@@ -3,10 +3,10 @@
 River's BatchCompleter shape: completions are keyed by job id. While completions are pending a
 50 ms tick runs: it flushes once 100 are pending (then flushes back to back while 100 are
 pending) or on every 5th tick (about 250 ms after the first completion when quiet); a flush is
-also asked for when a producer finds its queue drained, so the last results of a burst are not
-left for the 5th tick. Flushes asked for follow one another by ``SOON_SPACING`` (25 ms) at
-least: one asked for sooner is made at the next request past that, or at the next tick
-(under a steady flow every claim drains the queue, and a write after each cost a statement
+also asked for when a producer finds its queue drained, and when its last attempt ends after
+that, so the last results of a burst are not left for the 5th tick. Flushes asked for follow
+one another by ``SOON_SPACING`` (25 ms) at least: one asked for sooner is made at the next
+request past that, or at the next tick (under a steady flow every claim drains the queue, and a write after each cost a statement
 per few jobs; made right after a claim, not at a set time, a write does not compete with the
 next job's pickup). With nothing pending the completer sleeps until a completion arrives (an
 idle client's completer does not wake). Waiting for the tick rather than flushing at the 100th
@@ -213,6 +213,12 @@ class Completer:
         """Ask for a flush now (a producer found its queue drained)."""
         if self._pending:
             self._wake.set()
+
+    def flush_on_arrival(self) -> None:
+        """Ask for a flush as soon as the completion handed over last arrives (a producer's
+        last attempt ended after its queue was found drained): the last results of a burst
+        are written then, not on the 5th quiet tick."""
+        self._wake.set()
 
     async def run(
         self,

@@ -100,6 +100,9 @@ class FetchPacer:
         self._follow_up_at = math.inf
         # the previous claim's end: (time, jobs finished by then)
         self._last_claim: tuple[float, int] | None = None
+        #: the last claim got fewer rows than it asked for: the queue is drained (or a limit
+        #: cut the claim short)
+        self.drained = False
         #: a claim is due without waiting for a wake-up or the cooldown (start-up, resume,
         #: a refill of freed slots)
         self._due = True
@@ -162,6 +165,7 @@ class FetchPacer:
         returns the low-water mark for the pool (``NO_LOW_WATER`` when the queue is drained,
         or when the next claim is due at once)."""
         backlog = got == limit
+        self.drained = not backlog
         if got:  # rows are arriving: the next notified fetch need not wait for the limiter
             self._follow_up_at = self._fetch_began + self._follow_up_interval
         self._plan_prefetch(backlog, finished)

@@ -56,7 +56,7 @@ class WorkerPool:
     """Runs claimed rows on up to ``max_workers`` workers. Started with
     ``await tg.start(pool.run)``; ``on_low_water`` is called (from a worker, synchronously)
     when a finished job leaves at most :attr:`low_water` attempts, until the owner lowers
-    the mark again."""
+    the mark again, and ``on_empty`` when a finished job leaves none."""
 
     def __init__(
         self,
@@ -65,11 +65,13 @@ class WorkerPool:
         max_workers: int,
         name: str,
         on_low_water: Callable[[], None] | None = None,
+        on_empty: Callable[[], None] | None = None,
     ) -> None:
         self._runner = runner
         self._max_workers = max_workers
         self._name = name
         self._on_low_water = on_low_water
+        self._on_empty = on_empty
         #: every attempt claimed and not yet handed to the completer
         self._attempts: dict[int, Attempt] = {}
         #: attempts claimed and not begun, in claim order
@@ -275,6 +277,8 @@ class WorkerPool:
                                 # let the fetch loop send its claim now, so its round trip
                                 # overlaps the jobs still ready (these may never yield)
                                 await anyio.lowlevel.cancel_shielded_checkpoint()
+                            elif not attempts:
+                                self._empty()
                 except anyio.get_cancelled_exc_class():
                     if attempt is not None:  # the client cancelled it
                         try:
@@ -301,10 +305,16 @@ class WorkerPool:
         self.finished += 1
         if len(self._attempts) <= self.low_water:
             self._low_water()
+        elif not self._attempts:
+            self._empty()
 
     def _low_water(self) -> None:
         if self._on_low_water is not None:
             self._on_low_water()
+
+    def _empty(self) -> None:
+        if self._on_empty is not None:
+            self._on_empty()
 
     # --- timeouts -------------------------------------------------------------------------
 

@@ -111,6 +111,7 @@ class Producer:
             max_workers=config.queues[queue].max_workers,
             name=f"river worker {queue}",
             on_low_water=self._refill,
+            on_empty=self._emptied,
         )
         self._queue_control = QueueControl(
             queue=queue,
@@ -159,6 +160,12 @@ class Producer:
         """The pool has room worth a claim: ask for one now (bypassing the cooldown)."""
         self._pacer.refill()
         self._wake.set()
+
+    def _emptied(self) -> None:
+        """The pool's last attempt ended: after a claim that found the queue drained, its
+        result is the last of the burst; have it written without waiting for a quiet tick."""
+        if self._pacer.drained:
+            self._completer.flush_on_arrival()
 
     def _resumed(self) -> None:
         self._pacer.resumed()

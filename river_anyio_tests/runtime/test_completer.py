@@ -278,3 +278,38 @@ async def test_flushes_asked_for_in_a_row_are_spaced(
     assert times[2] - times[1] >= spacing
     # made at the next tick, not left for the quiet flush of the IDLE_TICKS-th
     assert times[2] - asked < _completer.IDLE_TICKS * tick
+
+
+async def test_the_last_result_of_a_burst_is_written_without_the_quiet_ticks(
+    database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A producer asks for a flush when a claim finds its queue drained, but the jobs that
+    claim took finish later: when the last of them ends, its result is written as soon as it
+    reaches the completer, not on the quiet flush of the 5th tick."""
+    import river_anyio as river
+    from river_anyio._runtime import _completer
+
+    from .lifecycle_support import Blocker, Gate, queues, wait_until
+
+    tick = 4.0  # the quiet flush would come 20 s after the result
+    monkeypatch.setattr(_completer, "TICK", tick)
+    gate = Gate()
+    async with river.open_client(database_url) as inserter:
+        job = (await inserter.client.insert(Blocker())).job
+    async with river.open_client(
+        database_url,
+        id="burst-end",
+        queues=queues(5),
+        workers=gate.workers(),
+        fetch_poll_interval=60,  # no poll finds the queue drained meanwhile
+    ) as run:
+        # the start-up claim took the job and found the queue drained, with nothing pending
+        with anyio.fail_after(10):
+            await gate.started_event(job.id).wait()
+        gate.release.set()
+
+        def written() -> bool:
+            completer = run.diagnostics.completer
+            return completer is not None and completer.written == 1
+
+        await wait_until(written, within=_completer.IDLE_TICKS * tick / 2)

@@ -462,7 +462,7 @@ def test_config_holds_rivers_defaults() -> None:
         "fetch_poll_interval": 1.0,
         "poll_only": False,
         "fetch_only_known_kinds": False,
-        "claim_ahead": True,  # beyond River: River claims only for free slots
+        "claim_ahead": False,  # True claims ahead of free slots, beyond River
         "error_handler": None,
         "middleware": (),
         "hooks": (),

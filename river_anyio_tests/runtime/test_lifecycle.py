@@ -482,7 +482,7 @@ def test_an_idle_loop_is_not_probed(database_url: str, backend: str) -> None:
 
 #: Every claim that meets a backlog claims ``max_workers`` rows ahead (as quick jobs measure),
 #: so rows wait in the ready queue behind busy workers.
-CLAIM_AHEAD = ClientConfig(fixed_prefetch=2)
+CLAIM_AHEAD = ClientConfig(fixed_prefetch=2, claim_ahead=True)
 
 
 async def test_stop_and_cancel_gives_back_rows_claimed_ahead(database_url: str) -> None:
