@@ -574,6 +574,7 @@ def run_bench(
     yes: bool,
     fetch_cooldown: float | None,
     fetch_poll_interval: float | None = None,
+    claim_ahead: bool = False,
     inserter: Inserter = "client",
     insert: InsertStyle = "one",
     insert_size: int | None = None,
@@ -626,6 +627,8 @@ def run_bench(
         options["fetch_cooldown"] = fetch_cooldown
     if fetch_poll_interval is not None:
         options["fetch_poll_interval"] = fetch_poll_interval
+    if claim_ahead:
+        options["claim_ahead"] = True
     with tempfile.TemporaryDirectory(prefix="river_anyio_bench_") as tmp:
         url = database_url or f"sqlite://{Path(tmp) / 'bench.sqlite3'}"
         if total is not None:
@@ -640,7 +643,9 @@ def run_bench(
         print(
             f"bench: {label or redact_url(url)}"
             + (f" (schema {schema})" if schema else "")
-            + f", loop {loop}, max_workers {max_workers}, {what}",
+            + f", loop {loop}, max_workers {max_workers}"
+            + (", claiming ahead" if claim_ahead else "")
+            + f", {what}",
             file=out,
         )
         plan = _Plan(

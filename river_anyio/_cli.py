@@ -354,6 +354,12 @@ def _build_parser() -> _Parser:
         "(default: River's 0.1; River's bench uses 0.002)",
     )
     p.add_argument(
+        "--claim-ahead",
+        action="store_true",
+        help="claim rows ahead of free worker slots while a backlog of quick jobs lasts "
+        "(the client's claim_ahead; default: only for free slots, as River)",
+    )
+    p.add_argument(
         "--fetch-poll-interval",
         type=float,
         default=None,
@@ -596,6 +602,7 @@ def _bench(args: argparse.Namespace, out: TextIO) -> int:
             yes=args.yes,
             fetch_cooldown=args.fetch_cooldown,
             fetch_poll_interval=args.fetch_poll_interval,
+            claim_ahead=args.claim_ahead,
             inserter=args.inserter,
             insert=args.insert,
             insert_size=args.insert_size,

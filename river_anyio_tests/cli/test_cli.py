@@ -245,7 +245,10 @@ def test_built_wheel_carries_the_sql(tmp_path: Path) -> None:
 def test_bench_works_jobs_and_reports(tmp_path: Path) -> None:
     code, out, err = run("bench", "-n", "300", "--loop", "trio")
     assert code == 0, err
-    assert "worked 300 jobs" in out
+    assert "worked 300 jobs" in out and "claiming ahead" not in out
+    code, out, err = run("bench", "-n", "300", "--claim-ahead")
+    assert code == 0, err
+    assert "worked 300 jobs" in out and "max_workers 50, claiming ahead," in out
     assert re.search(r"pickup latency p50 [\d.]+ ms, p95 [\d.]+ ms", out)
     url = f"sqlite://{tmp_path / 'bench.db'}"
     code, out, err = run("bench", "-n", "10", "--database-url", url)
