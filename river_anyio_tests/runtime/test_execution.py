@@ -733,7 +733,9 @@ async def test_a_claimed_job_cancelled_before_it_begins_starts_cancelled(
         first, waiting = (r.job for r in await tx.job_insert_fast_many([_task(0), _task(1)]))
     async with river.open_client(
         database_url,
-        ClientConfig(fixed_prefetch=1, claim_ahead=True),  # the second row is claimed behind the busy worker
+        ClientConfig(
+            fixed_prefetch=1, claim_ahead=True
+        ),  # the second row is claimed behind the busy worker
         queues={"default": river.QueueConfig(max_workers=1)},
         workers=workers,
         clock=clock,
