@@ -467,29 +467,27 @@ class Completer:
                 run=f.run_time,
                 completion=dt.timedelta(seconds=now - f.finished_at),
             )
-            kind = river_event_kind(f.kind, r.job.state)
-            if kind is not None:
-                self._events.publish(
-                    Event(kind=kind, job=r.job, queue=r.job.queue, error=f.message, timings=timings)
+            job = r.job
+            events = [river_event_kind(f.kind, job.state)]
+            if not r.applied and not (f.completed_tx and job.state == JobState.COMPLETED):
+                events.append(EventKind.JOB_RACE)
+            if r.applied and job.state == JobState.DISCARDED:
+                events.append(EventKind.JOB_DISCARDED)
+            for kind in events:
+                if kind is None:
+                    continue
+                details = (
+                    {"cause": f.discard_cause or "attempts_exhausted"}
+                    if kind is EventKind.JOB_DISCARDED
+                    else {}
                 )
-            if not r.applied and not (f.completed_tx and r.job.state == JobState.COMPLETED):
                 self._events.publish(
                     Event(
-                        kind=EventKind.JOB_RACE,
-                        job=r.job,
-                        queue=r.job.queue,
+                        kind=kind,
+                        job=job,
+                        queue=job.queue,
                         error=f.message,
                         timings=timings,
-                    )
-                )
-            if r.applied and r.job.state == JobState.DISCARDED:
-                self._events.publish(
-                    Event(
-                        kind=EventKind.JOB_DISCARDED,
-                        job=r.job,
-                        queue=r.job.queue,
-                        error=f.message,
-                        timings=timings,
-                        details={"cause": f.discard_cause or "attempts_exhausted"},
+                        details=details,
                     )
                 )

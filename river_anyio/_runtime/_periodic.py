@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import inspect
 import logging
 import os
 import zoneinfo
@@ -36,7 +35,7 @@ from .._job import InsertOpts
 from .._logging import client_extra
 from .._periodic import PeriodicJob, PeriodicJobHandle, PeriodicJobs, PeriodicJobsStartParams
 from ._clock import Clock, SystemClock, sleep_until
-from ._util import Backoff
+from ._util import Backoff, call_hook
 
 if TYPE_CHECKING:
     from .._client import Client
@@ -152,16 +151,13 @@ class PeriodicEnqueuer:
             if params is None:
                 jobs = tuple(job for _, job in self.jobs._items())
                 params = PeriodicJobsStartParams(client_id=self.client.id, jobs=jobs)
-            try:
-                result = fn(params)
-                if inspect.isawaitable(result):
-                    await result
-            except Exception:
-                logger.exception(
-                    "hook %s.periodic_jobs_start raised; ignored",
-                    type(hook).__name__,
-                    extra=client_extra("hook_failed", self.client.id),
-                )
+            await call_hook(
+                fn,
+                params,
+                logger=logger,
+                what=f"hook {type(hook).__name__}.periodic_jobs_start",
+                extra=client_extra("hook_failed", self.client.id),
+            )
 
     # --- the loop ---------------------------------------------------------------------------
 

@@ -25,7 +25,6 @@ the rows never begun.
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -47,7 +46,7 @@ from ._pacing import NO_LOW_WATER, FetchPacer
 from ._pool import WorkerPool
 from ._recovery import LostClaims
 from ._runner import JobRunner
-from ._util import Backoff, Wakeup
+from ._util import Backoff, Wakeup, call_hook
 
 if TYPE_CHECKING:
     from .._config import ClientConfig
@@ -342,16 +341,13 @@ class Producer:
         rows = [attempt.row for attempt in pool.held]
         try:
             for name, hook in self._claim_hooks:
-                try:
-                    result = hook(rows)
-                    if inspect.isawaitable(result):
-                        await result
-                except Exception:
-                    logger.exception(
-                        "hook %s.jobs_claimed raised; ignored",
-                        name,
-                        extra=queue_extra("hook_failed", self.queue, self._client_id),
-                    )
+                await call_hook(
+                    hook,
+                    rows,
+                    logger=logger,
+                    what=f"hook {name}.jobs_claimed",
+                    extra=queue_extra("hook_failed", self.queue, self._client_id),
+                )
         finally:
             pool.start_held()
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
+import logging
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import anyio
 
@@ -85,3 +87,20 @@ def leaves(exc: BaseException) -> list[BaseException]:
             out.extend(leaves(e))
         return out
     return [exc]
+
+
+async def call_hook(
+    fn: Callable[..., object],
+    *args: object,
+    logger: logging.Logger,
+    what: str,
+    extra: Mapping[str, object] | None = None,
+) -> None:
+    """Call an observing hook (sync or async) with ``args``: one that raises is logged as
+    ``"<what> raised; ignored"`` and the caller goes on, as for every hook river_anyio calls."""
+    try:
+        result = fn(*args)
+        if inspect.isawaitable(result):
+            await result
+    except Exception:
+        logger.exception("%s raised; ignored", what, extra=extra)
