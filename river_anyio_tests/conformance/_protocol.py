@@ -10,7 +10,6 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import river_anyio as river
-from river_anyio._timeutil import format_rfc3339nano
 
 CODE_PARSE_ERROR = -32700
 CODE_INVALID_REQUEST = -32600
@@ -183,6 +182,14 @@ def decode_params(method: str, raw: Any) -> dict[str, Any]:
 
 
 # --- jobs as the contract reports them ---------------------------------------------------------
+
+
+def format_rfc3339nano(value: dt.datetime, nanosecond: int = 0) -> str:
+    """UTC ``value`` as Go marshals a ``time.Time`` (RFC 3339, the fraction's trailing zeros
+    trimmed), with ``nanosecond`` (0-999) past its microseconds."""
+    utc = value.astimezone(dt.UTC)
+    frac = f"{utc.microsecond:06d}{nanosecond:03d}".rstrip("0")
+    return utc.replace(tzinfo=None).isoformat("T", "seconds") + (f".{frac}" if frac else "") + "Z"
 
 
 def _time_text(value: dt.datetime | None) -> str | None:
