@@ -1,6 +1,6 @@
 """Leader election between clients in separate processes (trio and asyncio mixed) on one
 database: one leader at a time, a crashed leader replaced within a lease, a stopping leader
-replaced at once."""
+replaced at once (on SQLite, where River announces no resignation, at the next attempt)."""
 
 from __future__ import annotations
 
@@ -144,15 +144,20 @@ async def test_clients_in_separate_processes_elect_one_leader(database_url: str)
                 took = second.last("elected") - first.killed_at
                 assert took <= TTL + INTERVAL + JITTER + SLACK, took
 
-                # graceful stop: the leader resigns at once and the last client takes over
-                # promptly (told by the resignation, well before its next attempt)
+                # graceful stop: the leader resigns at once and the last client takes over:
+                # on PostgreSQL promptly (told by the resignation, well before its next
+                # attempt); on SQLite, where River announces no resignation, at its next
+                # attempt (the lease is free by then)
                 second.proc.terminate()
                 (third,) = [c for c in rest if c is not second]
                 await wait_until(lambda: third.leads, INTERVAL + JITTER + SLACK)
                 lost = [e for e in second.events if e["event"] == "lost"][-1]
                 assert lost["reason"] == "stopping"
                 handover = third.last("elected") - lost["t"]
-                assert handover < INTERVAL, handover
+                if database_url.startswith("sqlite"):
+                    assert handover < INTERVAL + JITTER + SLACK, handover
+                else:
+                    assert handover < INTERVAL, handover
                 await wait_until(lambda: second.has("stopped"), SLACK + 5)
                 assert await lease_holder(database_url) == third.id
 
