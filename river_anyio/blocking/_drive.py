@@ -29,3 +29,12 @@ def drive(coro: Coroutine[Any, Any, T]) -> T:
         "a blocking river_anyio call awaited something that waits for an event loop; insert "
         "middleware and hooks used with river_anyio.blocking must not await async I/O"
     )
+
+
+def other_schema_error(schema: str | None) -> TypeError:
+    """What a blocking driver's ``with_schema`` raises for a schema not its own: the blocking
+    client's driver serves one schema."""
+    return TypeError(
+        "the blocking client's driver serves only its own schema; open another "
+        f"river_anyio.blocking.Client with schema={schema!r}"
+    )

@@ -28,6 +28,7 @@ from ..drivers.postgres import _scrubbed as scrubbed
 from ..drivers.postgres._capabilities import ServerCapabilities, detect_capabilities_sync
 from ..drivers.postgres._errors import map_errors
 from ..drivers.postgres._queries import Queries
+from ._drive import other_schema_error
 
 __all__ = ["BlockingPostgresDriver", "SyncPool"]
 
@@ -298,14 +299,10 @@ class BlockingPostgresDriver:
         return self._for_server().capabilities
 
     def with_schema(self, schema: str | None) -> BlockingPostgresDriver:
-        """The driver itself for its own schema; the blocking client's driver serves one
-        schema (give another ``river_anyio.blocking.Client`` the other schema)."""
+        """The driver itself for its own schema (see :func:`other_schema_error`)."""
         if schema == self.schema:
             return self
-        raise TypeError(
-            "the blocking client's driver serves only its own schema; open another "
-            f"river_anyio.blocking.Client with schema={schema!r}"
-        )
+        raise other_schema_error(schema)
 
     def executor(self) -> PostgresExecutor:
         self._for_server()

@@ -42,6 +42,7 @@ from ..drivers.sqlite._dbapi import (
 )
 from ..drivers.sqlite._errors import translate
 from ..drivers.sqlite._queries import Queries
+from ._drive import other_schema_error
 
 __all__ = ["SQLitePool", "BlockingSQLiteDriver"]
 
@@ -261,14 +262,10 @@ class BlockingSQLiteDriver:
         return True
 
     def with_schema(self, schema: str | None) -> BlockingSQLiteDriver:
-        """The driver itself for its own schema; the blocking client's driver serves one
-        schema (give another ``river_anyio.blocking.Client`` the other schema)."""
+        """The driver itself for its own schema (see :func:`other_schema_error`)."""
         if schema == self.schema:
             return self
-        raise TypeError(
-            "the blocking client's driver serves only its own schema; open another "
-            f"river_anyio.blocking.Client with schema={schema!r}"
-        )
+        raise other_schema_error(schema)
 
     def executor(self) -> SQLiteExecutor:
         return self._executor

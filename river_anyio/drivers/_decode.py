@@ -62,33 +62,25 @@ def string_list(value: object) -> tuple[str, ...] | None:
     return None
 
 
-def _nanosecond(value: object) -> int:
-    """The nanoseconds of ``at`` past its microseconds (0-999): Go writes nanoseconds, which a
-    datetime cannot hold (see ``AttemptError.at_nanosecond``)."""
+def _time(value: object) -> tuple[dt.datetime, int]:
+    """``at`` as Go's ``time.Time`` decodes it, and its nanoseconds past the microseconds
+    (0-999: Go writes nanoseconds, which a datetime cannot hold; see
+    ``AttemptError.at_nanosecond``); the zero time when it cannot be decoded."""
     if type(value) is not str:
-        return 0
-    m = _RFC3339.match(value)
-    frac = m.groups()[6] if m is not None else None
-    return int(frac[6:9].ljust(3, "0")) if frac and len(frac) > 6 else 0
-
-
-def _time(value: object) -> dt.datetime:
-    """``at`` as Go's ``time.Time`` decodes it; the zero time when it cannot."""
-    if type(value) is not str:
-        return ZERO_TIME
+        return ZERO_TIME, 0
     m = _RFC3339.match(value)
     if m is None:
-        return ZERO_TIME
+        return ZERO_TIME, 0
     y, mo, d, h, mi, s, frac, sign, oh, om = m.groups()
     tz: dt.tzinfo = dt.UTC
     if sign is not None:
         if int(oh) > 23 or int(om) > 59:
-            return ZERO_TIME
+            return ZERO_TIME, 0
         offset = dt.timedelta(hours=int(oh), minutes=int(om))
         if offset:
             tz = dt.timezone(-offset if sign == "-" else offset)
     try:
-        return dt.datetime(
+        when = dt.datetime(
             int(y),
             int(mo),
             int(d),
@@ -99,7 +91,8 @@ def _time(value: object) -> dt.datetime:
             tzinfo=tz,
         )
     except ValueError:  # out of range (day 31 of a short month, second 60, year 0)
-        return ZERO_TIME
+        return ZERO_TIME, 0
+    return when, int(frac[6:9].ljust(3, "0")) if frac and len(frac) > 6 else 0
 
 
 def _int(value: object) -> int:
@@ -157,13 +150,9 @@ def attempt_error_value(value: object) -> AttemptError | None:
         or (trace is not None and type(trace) is not str)
     ):
         return None
-    at = value.get("at")
+    at, nanosecond = _time(value.get("at"))
     return AttemptError(
-        at=_time(at),
-        attempt=attempt,
-        error=error or "",
-        trace=trace or "",
-        at_nanosecond=_nanosecond(at),
+        at=at, attempt=attempt, error=error or "", trace=trace or "", at_nanosecond=nanosecond
     )
 
 
@@ -192,13 +181,13 @@ def attempt_error_json(text: str) -> AttemptError:
     attempt = fields.get("attempt", (None, None))[0]
     error, error_raw = fields.get("error", (None, None))
     trace, trace_raw = fields.get("trace", (None, None))
-    when = _time(at)
+    when, nanosecond = _time(at)
     return AttemptError(
         at=when,
         attempt=_int(attempt),
         error=_string(error, error_raw),
         trace=_string(trace, trace_raw),
-        at_nanosecond=_nanosecond(at) if when is not ZERO_TIME else 0,
+        at_nanosecond=nanosecond,
     )
 
 
